@@ -1,0 +1,14 @@
+"""onnxtrain: train PyTorch models through a C++ engine. Wrap a module with ORTModule and keep
+the rest of the training loop."""
+from . import _C
+from ._export import ExportError
+from ._options import DebugOptions, LogLevel
+from .ortmodule import ORTModule
+
+EngineError = _C.EngineError
+UnsupportedError = _C.UnsupportedError
+set_num_threads = _C.set_num_threads
+get_num_threads = _C.get_num_threads
+
+__all__ = ["ORTModule", "DebugOptions", "LogLevel", "ExportError", "EngineError", "UnsupportedError",
+           "set_num_threads", "get_num_threads"]

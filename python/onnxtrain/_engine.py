@@ -1,0 +1,118 @@
+"""The bridge between torch tensors and the C++ sessions of one exported graph."""
+import os
+import time
+
+import torch
+from torch.utils.dlpack import from_dlpack, to_dlpack
+
+from . import _C
+from ._logging import logger
+
+_RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli"}
+
+
+def to_capsules(tensors):
+    return [to_dlpack(t.detach()) for t in tensors]
+
+
+def from_capsules(capsules, bool_positions):
+    out = [None if c is None else from_dlpack(c) for c in capsules]
+    for i in bool_positions:  # torch 1.13's DLPack has no bool: it arrives as uint8
+        out[i] = out[i].view(torch.bool)
+    return out
+
+
+def draw_seed():
+    """A seed from torch's default generator, so torch.manual_seed makes runs repeatable."""
+    return int(torch.randint(0, 2**62, (1,)).item())
+
+
+class TrainingRun:
+    """A TrainingSession for one requires_grad pattern, and the maps between its lists and the
+    graph's input and output positions."""
+
+    def __init__(self, graphs, requires_grad):
+        self.graphs = graphs
+        names = graphs.input_names
+        wrt = [n for n, r in zip(names, requires_grad) if r]
+        start = time.perf_counter()
+        self.session = _C.TrainingSession(graphs.exported.model_bytes, wrt, [], graphs.check_finite)
+        self.build_seconds = time.perf_counter() - start
+        self.wrt_positions = [names.index(n) for n in self.session.wrt]
+        outputs = self.session.forward_outputs
+        self.differentiable_positions = [outputs.index(n) for n in self.session.differentiable_outputs]
+        self.non_differentiable_positions = [
+            i for i in range(len(outputs)) if i not in set(self.differentiable_positions)]
+        stashed_outputs = {name for name, kind in self.session.stashed if kind == "forward_output"}
+        self.stashed_output_positions = [i for i, n in enumerate(outputs) if n in stashed_outputs]
+        self.first_run = True
+
+    def forward(self, tensors):
+        seed = draw_seed() if self.graphs.has_randomness else 0
+        start = time.perf_counter()
+        capsules, bools, call = self.session.forward(to_capsules(tensors), seed)
+        outputs = from_capsules(capsules, bools)
+        if self.first_run:
+            self.first_run = False
+            logger.info("onnxtrain: first training forward of %s took %.1f ms; %d bytes saved for backward "
+                        "(%d with shared inputs): %s", self.graphs.name, 1e3 * (time.perf_counter() - start),
+                        call.stashed_bytes(), call.stashed_bytes(True),
+                        ", ".join(f"{e['name']} {e['kind']} {e['bytes']}B" for e in call.stash_report()))
+        return outputs, call
+
+    def backward(self, call, output_grads):
+        capsules = []
+        for pos in self.differentiable_positions:
+            g = output_grads[pos]
+            capsules.append(None if g is None else to_dlpack(g.detach().contiguous()))
+        grads, bools = self.session.backward(call, capsules)
+        return from_capsules(grads, bools)
+
+
+class Graphs:
+    """Everything built from one export: the training runs per requires_grad pattern, and the
+    forward-only session for no_grad calls."""
+
+    def __init__(self, exported, name, training, debug_options, export_seconds):
+        import onnx
+
+        self.exported = exported
+        self.name = name
+        self.training = training
+        self.check_finite = debug_options.check_finite
+        self.debug_options = debug_options
+        model = onnx.load_from_string(exported.model_bytes)
+        self.input_names = [i.name for i in model.graph.input]
+        self.has_randomness = any(n.op_type in _RANDOM_OPS for n in model.graph.node)
+        self._runs = {}
+        self._inference = None
+        mode = "train" if training else "eval"
+        logger.info("onnxtrain: exported %s in %s mode in %.1f ms", name, mode, 1e3 * export_seconds)
+        if debug_options.save_onnx:
+            with open(self._file_prefix() + "exported.onnx", "wb") as f:
+                f.write(exported.model_bytes)
+
+    def _file_prefix(self):
+        mode = "train" if self.training else "eval"
+        return os.path.join(self.debug_options.save_path or ".", f"{self.debug_options.onnx_prefix}_{mode}_")
+
+    def training_run(self, requires_grad):
+        run = self._runs.get(requires_grad)
+        if run is None:
+            run = TrainingRun(self, requires_grad)
+            self._runs[requires_grad] = run
+            logger.info("onnxtrain: built the training graph of %s in %.1f ms (%d stashed values)", self.name,
+                        1e3 * run.build_seconds, len(run.session.stashed))
+            if self.debug_options.save_onnx:
+                run.session.save_graphs(self._file_prefix())
+        return run
+
+    def infer(self, tensors):
+        if self._inference is None:
+            start = time.perf_counter()
+            self._inference = _C.InferenceSession(self.exported.model_bytes, self.check_finite)
+            logger.info("onnxtrain: built the forward-only graph of %s in %.1f ms", self.name,
+                        1e3 * (time.perf_counter() - start))
+        seed = draw_seed() if self.has_randomness else 0
+        capsules, bools = self._inference.run(to_capsules(tensors), seed)
+        return from_capsules(capsules, bools)

@@ -1,0 +1,70 @@
+#pragma once
+// The API a gradient rule sees. A rule reads its forward node, asks for forward values by name
+// (using one in a backward node is what saves it for backward) and emits ONNX-style nodes.
+//
+//   void mul_gradient(GradBuilder& g) {
+//     if (g.needs_input_grad(0))
+//       g.set_input_grad(0, g.reduce_to_input_shape(g.op("Mul", {g.output_grad(0), g.input(1)}), 0));
+//     ...
+//   }
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace onnxtrain {
+
+class GradientGraphBuilder;
+
+class GradBuilder {
+ public:
+  GradBuilder(GradientGraphBuilder& owner, const Node& node, std::vector<std::string> output_grads,
+              std::vector<bool> needs_input_grad);
+
+  const Node& node() const { return node_; }
+  int opset() const;
+  int num_inputs() const { return static_cast<int>(node_.inputs.size()); }
+  int num_outputs() const { return static_cast<int>(node_.outputs.size()); }
+  // Forward values: inputs and outputs of the node.
+  const std::string& input(int i) const;
+  const std::string& output(int i) const;
+  bool has_input(int i) const { return node_.has_input(static_cast<size_t>(i)); }
+
+  bool has_output_grad(int i) const;
+  const std::string& output_grad(int i) const;  // throws when no gradient reaches output i
+  // The gradient of output i, or zeros shaped like it when nothing flows back into it.
+  std::string output_grad_or_zeros(int i);
+
+  bool needs_input_grad(int i) const;
+  void set_input_grad(int i, const std::string& grad);
+  const std::vector<std::string>& input_grads() const { return input_grads_; }
+
+  // Emits a node; returns the name of its (first) output.
+  std::string op(const std::string& op_type, const std::vector<std::string>& inputs,
+                 const AttributeMap& attrs = {}, const std::string& domain = kOnnxDomain);
+  std::vector<std::string> op_multi(const std::string& op_type, const std::vector<std::string>& inputs,
+                                    int num_outputs, const AttributeMap& attrs = {},
+                                    const std::string& domain = kOnnxDomain);
+
+  // Constants.
+  std::string scalar_like(double value, const std::string& like);  // 0-d, like's element type
+  std::string int64s(const std::vector<int64_t>& values);          // 1-D int64
+
+  // Shape(value), placed in the forward part so backward keeps only the small shape tensor.
+  std::string shape_of(const std::string& value);
+  // Sums `grad`, shaped like output 0, down to the broadcast shape of input i; emits nothing
+  // when the declared shapes provably match.
+  std::string reduce_to_input_shape(const std::string& grad, int input_index);
+
+  DType dtype_of(const std::string& value) const;
+  const ValueInfo* info(const std::string& value) const;
+
+ private:
+  GradientGraphBuilder& owner_;
+  const Node& node_;
+  std::vector<std::string> output_grads_;
+  std::vector<bool> needs_input_grad_;
+  std::vector<std::string> input_grads_;
+};
+
+}  // namespace onnxtrain

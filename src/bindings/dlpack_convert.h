@@ -1,0 +1,17 @@
+#pragma once
+// Zero-copy exchange of tensors with PyTorch through DLPack capsules.
+#include <dlpack/dlpack.h>
+#include <pybind11/pybind11.h>
+
+#include "core/tensor.h"
+
+namespace onnxtrain {
+
+// Wraps a "dltensor" capsule (from torch.utils.dlpack.to_dlpack) without copying; the tensor
+// keeps the producer's memory alive. `expected` resolves bool, which torch 1.13 sends as uint8.
+Tensor tensor_from_capsule(pybind11::capsule capsule, DType expected = DType::Undefined);
+
+// A "dltensor" capsule sharing `t`'s memory; the capsule keeps it alive.
+pybind11::capsule capsule_from_tensor(const Tensor& t);
+
+}  // namespace onnxtrain

@@ -1,0 +1,205 @@
+// onnxtrain._C: the engine as seen from Python. Tensors cross as DLPack capsules, without copies;
+// compute runs with the GIL released.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings/dlpack_convert.h"
+#include "core/logging.h"
+#include "onnx/model_io.h"
+#include "ops/registry.h"
+#include "runtime/thread_pool.h"
+#include "session/training_session.h"
+
+namespace py = pybind11;
+using namespace onnxtrain;
+
+namespace {
+
+std::vector<DType> declared_dtypes(const Graph& g, const std::vector<std::string>& names) {
+  std::vector<DType> out;
+  for (const auto& n : names) {
+    const ValueInfo* vi = g.info(n);
+    out.push_back(vi ? vi->dtype : DType::Undefined);
+  }
+  return out;
+}
+
+std::vector<Tensor> tensors_from(const py::list& capsules, const std::vector<DType>& expected) {
+  std::vector<Tensor> out;
+  out.reserve(capsules.size());
+  for (size_t i = 0; i < capsules.size(); ++i)
+    out.push_back(tensor_from_capsule(capsules[i].cast<py::capsule>(), i < expected.size() ? expected[i] : DType::Undefined));
+  return out;
+}
+
+// Capsules for the defined tensors (None for the others), and the positions holding bool data
+// that torch receives as uint8 and must view back as bool.
+py::tuple capsules_from(const std::vector<Tensor>& tensors) {
+  py::list caps;
+  py::list bools;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].defined()) {
+      caps.append(py::none());
+      continue;
+    }
+    caps.append(capsule_from_tensor(tensors[i]));
+    if (tensors[i].dtype() == DType::Bool) bools.append(i);
+  }
+  return py::make_tuple(caps, bools);
+}
+
+py::dict stash_entry_dict(const StashReportEntry& e) {
+  py::dict d;
+  d["name"] = e.name;
+  d["kind"] = e.kind;
+  d["dtype"] = std::string(dtype_name(e.dtype));
+  d["shape"] = e.shape.to_vector();
+  d["bytes"] = e.bytes;
+  return d;
+}
+
+class PyTrainingSession {
+ public:
+  PyTrainingSession(const py::bytes& model, std::vector<std::string> wrt, std::vector<std::string> outputs_with_grad,
+                    bool check_finite) {
+    Graph g = load_model(std::string(model));
+    TrainingSessionOptions opts{std::move(wrt), std::move(outputs_with_grad), check_finite};
+    py::gil_scoped_release nogil;
+    session_ = std::make_unique<TrainingSession>(std::move(g), std::move(opts));
+    const TrainingGraph& tg = session_->training_graph();
+    input_dtypes_ = declared_dtypes(tg.graph, tg.forward_inputs);
+    grad_dtypes_ = declared_dtypes(tg.graph, tg.output_grad_inputs);
+  }
+
+  py::tuple forward(const py::list& inputs, uint64_t seed) {
+    std::vector<Tensor> in = tensors_from(inputs, input_dtypes_);
+    std::vector<Tensor> out;
+    std::shared_ptr<ForwardCall> call;
+    {
+      py::gil_scoped_release nogil;
+      call = session_->forward(in, seed, out);
+    }
+    py::tuple caps = capsules_from(out);
+    return py::make_tuple(caps[0], caps[1], call);
+  }
+
+  py::tuple backward(ForwardCall& call, const py::list& grads) {
+    std::vector<Tensor> in;
+    for (size_t i = 0; i < grads.size(); ++i)
+      in.push_back(grads[i].is_none() ? Tensor() : tensor_from_capsule(grads[i].cast<py::capsule>(), grad_dtypes_[i]));
+    std::vector<Tensor> out;
+    {
+      py::gil_scoped_release nogil;
+      out = session_->backward(call, in);
+    }
+    return capsules_from(out);
+  }
+
+  const TrainingGraph& graph() const { return session_->training_graph(); }
+  void save_graphs(const std::string& prefix) const { session_->save_graphs(prefix); }
+
+ private:
+  std::unique_ptr<TrainingSession> session_;
+  std::vector<DType> input_dtypes_, grad_dtypes_;
+};
+
+class PyInferenceSession {
+ public:
+  PyInferenceSession(const py::bytes& model, bool check_finite) {
+    Graph g = load_model(std::string(model));
+    input_dtypes_ = declared_dtypes(g, g.inputs);
+    py::gil_scoped_release nogil;
+    session_ = std::make_unique<InferenceSession>(std::move(g), check_finite);
+  }
+  py::tuple run(const py::list& inputs, uint64_t seed) {
+    std::vector<Tensor> in = tensors_from(inputs, input_dtypes_);
+    std::vector<Tensor> out;
+    {
+      py::gil_scoped_release nogil;
+      out = session_->run(in, seed);
+    }
+    return capsules_from(out);
+  }
+  std::vector<std::string> inputs() const { return session_->program().graph().inputs; }
+  std::vector<std::string> outputs() const { return session_->program().graph().outputs; }
+
+ private:
+  std::unique_ptr<InferenceSession> session_;
+  std::vector<DType> input_dtypes_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "onnxtrain C++ engine";
+  static py::exception<Error> engine_error(m, "EngineError", PyExc_RuntimeError);
+  static py::exception<UnsupportedError> unsupported_error(m, "UnsupportedError", engine_error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const UnsupportedError& e) {
+      unsupported_error(e.what());
+    } catch (const Error& e) {
+      engine_error(e.what());
+    }
+  });
+
+  m.def("set_log_level", [](int level) { set_log_level(static_cast<LogLevel>(level)); });
+  m.def("set_log_sink", [](std::function<void(int, std::string)> fn) {
+    if (!fn) {
+      set_log_sink(nullptr);
+      return;
+    }
+    set_log_sink([fn](LogLevel level, const std::string& msg) {
+      py::gil_scoped_acquire gil;
+      fn(static_cast<int>(level), msg);
+    });
+  });
+  m.def("set_num_threads", &ThreadPool::set_num_threads);
+  m.def("get_num_threads", [] { return ThreadPool::global().num_threads(); });
+  m.def("ops_with_kernels", [] { return OpRegistry::instance().ops_with_kernels(); });
+  m.def("ops_with_gradients", [] { return OpRegistry::instance().ops_with_gradients(); });
+  m.def("_echo", [](py::capsule c) { return capsule_from_tensor(tensor_from_capsule(c)); },
+        "Imports a DLPack capsule and exports it again: proves the exchange copies nothing.");
+  m.def("check_model", [](const py::bytes& model) { save_model(load_model(std::string(model)), {}, true); },
+        "Round-trips a model through the IR and runs onnx::checker on the result.");
+
+  py::class_<ForwardCall, std::shared_ptr<ForwardCall>>(m, "ForwardCall")
+      .def("stash_report", [](const ForwardCall& c) {
+        py::list out;
+        for (const auto& e : c.stash_report()) out.append(stash_entry_dict(e));
+        return out;
+      })
+      .def("stashed_bytes", &ForwardCall::stashed_bytes, py::arg("include_inputs") = false)
+      .def_property_readonly("backward_done", &ForwardCall::backward_done);
+
+  py::class_<PyTrainingSession>(m, "TrainingSession")
+      .def(py::init<const py::bytes&, std::vector<std::string>, std::vector<std::string>, bool>(), py::arg("model"),
+           py::arg("wrt"), py::arg("outputs_with_grad") = std::vector<std::string>{}, py::arg("check_finite") = false)
+      .def("forward", &PyTrainingSession::forward, py::arg("inputs"), py::arg("seed") = 0)
+      .def("backward", &PyTrainingSession::backward, py::arg("call"), py::arg("grads"))
+      .def("save_graphs", &PyTrainingSession::save_graphs)
+      .def_property_readonly("forward_inputs", [](const PyTrainingSession& s) { return s.graph().forward_inputs; })
+      .def_property_readonly("forward_outputs", [](const PyTrainingSession& s) { return s.graph().forward_outputs; })
+      .def_property_readonly("differentiable_outputs",
+                             [](const PyTrainingSession& s) { return s.graph().differentiable_outputs; })
+      .def_property_readonly("wrt", [](const PyTrainingSession& s) { return s.graph().wrt; })
+      .def_property_readonly("wrt_has_grad",
+                             [](const PyTrainingSession& s) {
+                               std::vector<bool> out;
+                               for (const auto& g : s.graph().wrt_grads) out.push_back(!g.empty());
+                               return out;
+                             })
+      .def_property_readonly("stashed", [](const PyTrainingSession& s) {
+        py::list out;
+        for (const auto& v : s.graph().stashed) out.append(py::make_tuple(v.value, stash_kind_name(v.kind)));
+        return out;
+      });
+
+  py::class_<PyInferenceSession>(m, "InferenceSession")
+      .def(py::init<const py::bytes&, bool>(), py::arg("model"), py::arg("check_finite") = false)
+      .def("run", &PyInferenceSession::run, py::arg("inputs"), py::arg("seed") = 0)
+      .def_property_readonly("inputs", &PyInferenceSession::inputs)
+      .def_property_readonly("outputs", &PyInferenceSession::outputs);
+}

@@ -1,0 +1,84 @@
+#pragma once
+// Element types. The numeric values are ONNX's TensorProto.DataType, so conversion is a cast.
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "core/error.h"
+
+namespace onnxtrain {
+
+enum class DType : int32_t {
+  Undefined = 0,
+  Float32 = 1,
+  UInt8 = 2,
+  Int8 = 3,
+  UInt16 = 4,
+  Int16 = 5,
+  Int32 = 6,
+  Int64 = 7,
+  String = 8,
+  Bool = 9,
+  Float16 = 10,
+  Float64 = 11,
+  UInt32 = 12,
+  UInt64 = 13,
+  BFloat16 = 16,
+};
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+bool is_floating(DType t);
+bool is_integral(DType t);  // integer types, bool excluded
+DType dtype_from_onnx(int32_t onnx_type);  // throws on types onnxtrain cannot hold
+
+template <typename T> struct DTypeOf;
+template <> struct DTypeOf<float> { static constexpr DType value = DType::Float32; };
+template <> struct DTypeOf<double> { static constexpr DType value = DType::Float64; };
+template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::Int64; };
+template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::Int32; };
+template <> struct DTypeOf<int16_t> { static constexpr DType value = DType::Int16; };
+template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::Int8; };
+template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::UInt8; };
+template <> struct DTypeOf<uint16_t> { static constexpr DType value = DType::UInt16; };
+template <> struct DTypeOf<uint32_t> { static constexpr DType value = DType::UInt32; };
+template <> struct DTypeOf<uint64_t> { static constexpr DType value = DType::UInt64; };
+template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; };
+
+template <typename T> struct TypeTag { using type = T; };
+
+// Calls fn(TypeTag<T>{}) for the C++ type T of `t`; `what` names the caller in the error.
+template <typename Fn>
+decltype(auto) dispatch_float(DType t, const char* what, Fn&& fn) {
+  switch (t) {
+    case DType::Float32: return fn(TypeTag<float>{});
+    case DType::Float64: return fn(TypeTag<double>{});
+    default: OT_THROW(what, ": element type ", dtype_name(t), " is not supported (float32/float64 only)");
+  }
+}
+
+template <typename Fn>
+decltype(auto) dispatch_numeric(DType t, const char* what, Fn&& fn) {
+  switch (t) {
+    case DType::Float32: return fn(TypeTag<float>{});
+    case DType::Float64: return fn(TypeTag<double>{});
+    case DType::Int64: return fn(TypeTag<int64_t>{});
+    case DType::Int32: return fn(TypeTag<int32_t>{});
+    case DType::Int16: return fn(TypeTag<int16_t>{});
+    case DType::Int8: return fn(TypeTag<int8_t>{});
+    case DType::UInt8: return fn(TypeTag<uint8_t>{});
+    case DType::UInt16: return fn(TypeTag<uint16_t>{});
+    case DType::UInt32: return fn(TypeTag<uint32_t>{});
+    case DType::UInt64: return fn(TypeTag<uint64_t>{});
+    default: OT_THROW(what, ": element type ", dtype_name(t), " is not supported");
+  }
+}
+
+// Every type a tensor can hold, bool included: for ops that only move data.
+template <typename Fn>
+decltype(auto) dispatch_all(DType t, const char* what, Fn&& fn) {
+  if (t == DType::Bool) return fn(TypeTag<bool>{});
+  return dispatch_numeric(t, what, std::forward<Fn>(fn));
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,35 @@
+#pragma once
+// Errors carry a full sentence for the user: which op, node and tensor went wrong and why.
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace onnxtrain {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Raised when a graph needs an op (or a gradient of an op) that onnxtrain does not implement.
+// The Python front end maps it to its fallback policy.
+class UnsupportedError : public Error {
+ public:
+  using Error::Error;
+};
+
+template <typename... Parts>
+std::string str_cat(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
+}  // namespace onnxtrain
+
+#define OT_CHECK(cond, ...)                                              \
+  do {                                                                   \
+    if (!(cond)) throw ::onnxtrain::Error(::onnxtrain::str_cat(__VA_ARGS__)); \
+  } while (0)
+
+#define OT_THROW(...) throw ::onnxtrain::Error(::onnxtrain::str_cat(__VA_ARGS__))

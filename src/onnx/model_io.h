@@ -1,0 +1,30 @@
+#pragma once
+// Conversion between ONNX ModelProto bytes and onnxtrain's Graph. Only this folder includes the
+// protobuf headers, which keeps the rest of the build light.
+#include <string>
+
+#include "ir/graph.h"
+
+namespace onnxtrain {
+
+struct ModelMeta {
+  int64_t ir_version = 8;
+  std::string producer_name = "onnxtrain";
+};
+
+// Parses serialized ModelProto bytes. Throws an Error naming what is malformed.
+Graph load_model(const std::string& bytes, ModelMeta* meta = nullptr);
+Graph load_model_file(const std::string& path, ModelMeta* meta = nullptr);
+
+// Serializes a graph as a ModelProto; `check` runs onnx::checker on the result.
+std::string save_model(const Graph& graph, const ModelMeta& meta = {}, bool check = false);
+void save_model_file(const Graph& graph, const std::string& path, const ModelMeta& meta = {});
+
+// Runs ONNX shape inference over the graph and merges inferred dtypes and shapes into
+// value_info. Never throws for nodes ONNX cannot infer (custom domains, unknown shapes).
+void infer_shapes(Graph& graph);
+
+// Reads a serialized TensorProto (the .pb files of ONNX's node tests).
+Tensor load_tensor_proto(const std::string& bytes, std::string* name = nullptr);
+
+}  // namespace onnxtrain

@@ -1,0 +1,62 @@
+// Sigmoid and Tanh, whose gradients are functions of the output alone.
+#include <cmath>
+
+#include "autodiff/grad_builder.h"
+#include "ops/common/elementwise.h"
+#include "ops/registry.h"
+
+namespace onnxtrain {
+namespace {
+
+void sigmoid(KernelContext& ctx) {
+  dispatch_float(ctx.input(0).dtype(), "Sigmoid", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    // Split by sign so that exp never overflows.
+    unary_kernel<T>(ctx, [](T x) {
+      if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+      T e = std::exp(x);
+      return e / (T(1) + e);
+    });
+  });
+}
+
+void tanh_kernel(KernelContext& ctx) {
+  dispatch_float(ctx.input(0).dtype(), "Tanh", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    unary_kernel<T>(ctx, [](T x) { return std::tanh(x); });
+  });
+}
+
+// Inputs: dY, Y.
+void sigmoid_grad(KernelContext& ctx) {
+  dispatch_float(ctx.input(0).dtype(), "SigmoidGrad", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    binary_kernel<T>(ctx, [](T dy, T y) { return dy * y * (T(1) - y); });
+  });
+}
+
+void tanh_grad(KernelContext& ctx) {
+  dispatch_float(ctx.input(0).dtype(), "TanhGrad", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    binary_kernel<T>(ctx, [](T dy, T y) { return dy * (T(1) - y * y); });
+  });
+}
+
+void sigmoid_gradient(GradBuilder& g) {
+  g.set_input_grad(0, g.op("SigmoidGrad", {g.output_grad(0), g.output(0)}, {}, kOnnxTrainDomain));
+}
+
+void tanh_gradient(GradBuilder& g) {
+  g.set_input_grad(0, g.op("TanhGrad", {g.output_grad(0), g.output(0)}, {}, kOnnxTrainDomain));
+}
+
+}  // namespace
+
+ONNXTRAIN_KERNEL("", "Sigmoid", kernel_factory(&sigmoid));
+ONNXTRAIN_KERNEL("", "Tanh", kernel_factory(&tanh_kernel));
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SigmoidGrad", kernel_factory(&sigmoid_grad));
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "TanhGrad", kernel_factory(&tanh_grad));
+ONNXTRAIN_GRADIENT("", "Sigmoid", sigmoid_gradient);
+ONNXTRAIN_GRADIENT("", "Tanh", tanh_gradient);
+
+}  // namespace onnxtrain

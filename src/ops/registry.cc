@@ -1,0 +1,54 @@
+#include "ops/registry.h"
+
+#include <algorithm>
+
+namespace onnxtrain {
+
+OpRegistry& OpRegistry::instance() {
+  static OpRegistry registry;
+  return registry;
+}
+
+std::string OpRegistry::key(const std::string& domain, const std::string& op_type) {
+  return domain + "::" + op_type;
+}
+
+bool OpRegistry::add_kernel(const std::string& domain, const std::string& op_type, KernelFactory factory) {
+  OT_CHECK(!kernels_.count(key(domain, op_type)), "kernel for ", op_type, " registered twice");
+  kernels_[key(domain, op_type)] = std::move(factory);
+  return true;
+}
+
+bool OpRegistry::add_gradient(const std::string& domain, const std::string& op_type, GradientRule rule) {
+  OT_CHECK(!gradients_.count(key(domain, op_type)), "gradient for ", op_type, " registered twice");
+  gradients_[key(domain, op_type)] = rule;
+  return true;
+}
+
+const KernelFactory* OpRegistry::kernel(const std::string& domain, const std::string& op_type) const {
+  auto it = kernels_.find(key(domain, op_type));
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
+GradientRule OpRegistry::gradient(const std::string& domain, const std::string& op_type) const {
+  auto it = gradients_.find(key(domain, op_type));
+  return it == gradients_.end() ? nullptr : it->second;
+}
+
+namespace {
+template <typename Map>
+std::vector<std::pair<std::string, std::string>> split_keys(const Map& m) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& kv : m) {
+    size_t sep = kv.first.find("::");
+    out.emplace_back(kv.first.substr(0, sep), kv.first.substr(sep + 2));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> OpRegistry::ops_with_kernels() const { return split_keys(kernels_); }
+std::vector<std::pair<std::string, std::string>> OpRegistry::ops_with_gradients() const { return split_keys(gradients_); }
+
+}  // namespace onnxtrain

@@ -1,0 +1,57 @@
+#pragma once
+// Where op families register their kernels and gradient rules: each from its own source file,
+// through the macros below. Nothing else lists the ops.
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ops/kernel.h"
+
+namespace onnxtrain {
+
+class GradBuilder;
+using GradientRule = void (*)(GradBuilder&);
+
+class OpRegistry {
+ public:
+  static OpRegistry& instance();
+
+  bool add_kernel(const std::string& domain, const std::string& op_type, KernelFactory factory);
+  bool add_gradient(const std::string& domain, const std::string& op_type, GradientRule rule);
+
+  const KernelFactory* kernel(const std::string& domain, const std::string& op_type) const;
+  GradientRule gradient(const std::string& domain, const std::string& op_type) const;
+
+  // (domain, op_type) pairs, sorted: for conformance reports and coverage tests.
+  std::vector<std::pair<std::string, std::string>> ops_with_kernels() const;
+  std::vector<std::pair<std::string, std::string>> ops_with_gradients() const;
+
+ private:
+  static std::string key(const std::string& domain, const std::string& op_type);
+  std::unordered_map<std::string, KernelFactory> kernels_;
+  std::unordered_map<std::string, GradientRule> gradients_;
+};
+
+template <typename K>
+KernelFactory kernel_factory() {
+  return [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<K>(info); };
+}
+inline KernelFactory kernel_factory(FunctionKernel::Fn fn) {
+  return [fn](const KernelInfo&) -> std::unique_ptr<Kernel> { return std::make_unique<FunctionKernel>(fn); };
+}
+
+}  // namespace onnxtrain
+
+#define OT_CONCAT_INNER(a, b) a##b
+#define OT_CONCAT(a, b) OT_CONCAT_INNER(a, b)
+
+// ONNXTRAIN_KERNEL("", "Relu", kernel_factory<ReluKernel>()) or kernel_factory(&relu_fn).
+#define ONNXTRAIN_KERNEL(domain, op_type, factory)                               \
+  static const bool OT_CONCAT(ot_kernel_registered_, __COUNTER__) =             \
+      ::onnxtrain::OpRegistry::instance().add_kernel(domain, op_type, factory)
+
+// ONNXTRAIN_GRADIENT("", "Relu", relu_gradient): the rule emits the backward nodes.
+#define ONNXTRAIN_GRADIENT(domain, op_type, rule)                                \
+  static const bool OT_CONCAT(ot_gradient_registered_, __COUNTER__) =           \
+      ::onnxtrain::OpRegistry::instance().add_gradient(domain, op_type, rule)

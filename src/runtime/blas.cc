@@ -1,0 +1,67 @@
+#include "runtime/blas.h"
+
+#include <cblas.h>
+
+#include <mutex>
+
+#include "runtime/thread_pool.h"
+
+namespace onnxtrain {
+namespace {
+
+void ensure_single_threaded_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+              (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+               const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+              (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+}  // namespace
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool& pool) {
+  if (m == 0 || n == 0) return;
+  ensure_single_threaded_blas();
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+  // Split the larger output dimension across threads when the product is big enough to pay for it.
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  int threads = pool.num_threads();
+  if (threads == 1 || flops < 4e6) {
+    blas_call(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (m >= n) {
+    int64_t grain = std::max<int64_t>(16, (m + threads - 1) / threads);
+    pool.parallel_for(m, grain, [&](int64_t r0, int64_t r1) {
+      const T* a_part = trans_a ? a + r0 : a + r0 * lda;
+      blas_call(trans_a, trans_b, r1 - r0, n, k, alpha, a_part, lda, b, ldb, beta, c + r0 * ldc, ldc);
+    });
+  } else {
+    int64_t grain = std::max<int64_t>(16, (n + threads - 1) / threads);
+    pool.parallel_for(n, grain, [&](int64_t c0, int64_t c1) {
+      const T* b_part = trans_b ? b + c0 * ldb : b + c0;
+      blas_call(trans_a, trans_b, m, c1 - c0, k, alpha, a, lda, b_part, ldb, beta, c + c0, ldc);
+    });
+  }
+}
+
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                          int64_t, float, float*, int64_t, ThreadPool&);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*,
+                           int64_t, double, double*, int64_t, ThreadPool&);
+
+}  // namespace onnxtrain

@@ -1,0 +1,39 @@
+#pragma once
+// Runs ranges of a Program's nodes over a RunState. Memory comes from the state's arena when a
+// plan exists, or from the heap while recording the sizes that make the plan.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "passes/memory_plan.h"
+#include "runtime/program.h"
+
+namespace onnxtrain {
+
+class ThreadPool;
+
+struct RunOptions {
+  bool check_finite = false;  // raise on the first node producing NaN or Inf
+};
+
+struct RunState {
+  RunState(const Program& program, uint64_t seed, ThreadPool& pool);
+
+  const Program& program;
+  std::vector<Tensor> values;
+  uint64_t seed;
+  ThreadPool& pool;
+  RunOptions options;
+  // Exactly one of these is set: run into a plan's arena, or record what the run allocates.
+  const MemoryPlan* plan = nullptr;
+  uint8_t* arena = nullptr;
+  AllocationRecord* record = nullptr;
+  std::vector<std::shared_ptr<void>> node_scratch;  // heap scratch of the running node
+  int64_t unplanned_allocations = 0;                 // planned runs that had to fall back to the heap
+};
+
+// Runs nodes [begin, end). Values become dead after their last reader and are released.
+// Kernel failures are rethrown naming the node, its op and its input tensors.
+void execute(RunState& state, size_t begin, size_t end);
+
+}  // namespace onnxtrain

@@ -1,0 +1,84 @@
+#include "runtime/planned_runner.h"
+
+#include <cstdlib>
+
+#include "core/logging.h"
+
+namespace onnxtrain {
+
+ShapeSignature shape_signature(const std::vector<Tensor>& inputs) {
+  ShapeSignature sig;
+  sig.reserve(inputs.size() * 4);
+  for (const Tensor& t : inputs) {
+    sig.push_back(static_cast<int64_t>(t.dtype()));
+    sig.push_back(t.rank());
+    for (int64_t d : t.shape()) sig.push_back(d);
+  }
+  return sig;
+}
+
+PlannedRunner::PlannedRunner(Graph graph, const std::vector<std::string>& standalone_values, ThreadPool& pool)
+    : program_(std::move(graph), standalone_values), pool_(pool) {}
+
+size_t PlannedRunner::num_plans() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return plans_.size();
+}
+
+int64_t PlannedRunner::arena_bytes(const ShapeSignature& signature) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = plans_.find(signature);
+  return it == plans_.end() ? -1 : it->second->plan.arena_bytes;
+}
+
+Run::Run(PlannedRunner& runner, const ShapeSignature& signature, uint64_t seed)
+    : runner_(runner), signature_(signature), state_(runner.program_, seed, runner.pool_) {
+  state_.options = runner.options;
+  std::lock_guard<std::mutex> lock(runner.mutex_);
+  auto it = runner.plans_.find(signature);
+  if (it == runner.plans_.end()) {
+    record_ = std::make_unique<AllocationRecord>();
+    record_->reset(runner.program_.num_values(), static_cast<int>(runner.program_.nodes().size()));
+    state_.record = record_.get();
+    return;
+  }
+  entry_ = it->second.get();
+  if (!entry_->free_arenas.empty()) {
+    arena_ = std::move(entry_->free_arenas.back());
+    entry_->free_arenas.pop_back();
+  } else {
+    size_t bytes = static_cast<size_t>(std::max<int64_t>(entry_->plan.arena_bytes, 64));
+    arena_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    OT_CHECK(arena_, "out of memory allocating a ", bytes, "-byte arena");
+  }
+  state_.plan = &entry_->plan;
+  state_.arena = arena_.get();
+}
+
+void Run::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (state_.unplanned_allocations > 0)
+    log(LogLevel::Verbose, state_.unplanned_allocations,
+        " allocations fell outside the memory plan (data-dependent shapes)");
+  if (!record_) return;
+  MemoryPlan plan = plan_memory(runner_.program_, *record_);
+  log(LogLevel::Verbose, "memory plan for graph '", runner_.program_.graph().name, "': arena ", plan.arena_bytes,
+      " bytes for ", plan.total_buffer_bytes, " bytes of buffers");
+  std::lock_guard<std::mutex> lock(runner_.mutex_);
+  auto& slot = runner_.plans_[signature_];
+  if (!slot) {
+    slot = std::make_unique<PlanEntry>();
+    slot->plan = std::move(plan);
+  }
+}
+
+Run::~Run() {
+  // Values may point into the arena: drop them before the arena goes back to the pool.
+  state_.values.clear();
+  if (!arena_ || !entry_) return;
+  std::lock_guard<std::mutex> lock(runner_.mutex_);
+  entry_->free_arenas.push_back(std::move(arena_));
+}
+
+}  // namespace onnxtrain

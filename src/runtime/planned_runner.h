@@ -1,0 +1,73 @@
+#pragma once
+// Owns a Program and its memory plans, one per input-shape signature. The first run of a
+// signature records its allocations on the heap; when it completes, the plan is built and every
+// later run with that signature takes an arena from the plan's pool: no allocation per step.
+// Several runs may be alive at once (two forward calls before their backwards); each holds its
+// own arena.
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "runtime/executor.h"
+
+namespace onnxtrain {
+
+using ShapeSignature = std::vector<int64_t>;
+
+class PlannedRunner;
+using ArenaBuffer = std::unique_ptr<uint8_t, void (*)(void*)>;
+
+// A signature's plan and the arenas of finished runs, ready for reuse.
+struct PlanEntry {
+  MemoryPlan plan;
+  std::vector<ArenaBuffer> free_arenas;
+};
+
+// One run in flight: its values and its arena lease.
+class Run {
+ public:
+  Run(PlannedRunner& runner, const ShapeSignature& signature, uint64_t seed);
+  ~Run();
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  RunState& state() { return state_; }
+  const RunState& state() const { return state_; }
+  bool planned() const { return state_.plan != nullptr; }
+  // Ends the run: a recording run turns its record into the signature's plan.
+  void finish();
+
+ private:
+  PlannedRunner& runner_;
+  ShapeSignature signature_;
+  RunState state_;
+  PlanEntry* entry_ = nullptr;
+  ArenaBuffer arena_{nullptr, std::free};
+  std::unique_ptr<AllocationRecord> record_;
+  bool finished_ = false;
+  friend class PlannedRunner;
+};
+
+class PlannedRunner {
+ public:
+  PlannedRunner(Graph graph, const std::vector<std::string>& standalone_values, ThreadPool& pool);
+  const Program& program() const { return program_; }
+  ThreadPool& pool() { return pool_; }
+  RunOptions options;
+
+  // Arena statistics for reports: plans built, and the arena size of a signature's plan.
+  size_t num_plans() const;
+  int64_t arena_bytes(const ShapeSignature& signature) const;
+
+ private:
+  friend class Run;
+  Program program_;
+  ThreadPool& pool_;
+  mutable std::mutex mutex_;
+  std::map<ShapeSignature, std::unique_ptr<PlanEntry>> plans_;
+};
+
+// The signature of a list of input tensors: dtype, rank and dims of each.
+ShapeSignature shape_signature(const std::vector<Tensor>& inputs);
+
+}  // namespace onnxtrain

@@ -1,0 +1,183 @@
+#include "session/training_session.h"
+
+#include <cstring>
+
+#include "onnx/model_io.h"
+#include "runtime/thread_pool.h"
+#include "session/input_check.h"
+
+namespace onnxtrain {
+namespace {
+
+// Floating-point MXCSR state for the duration of a run: denormals flush to zero (their
+// arithmetic is 25x slower), and the caller's setting comes back afterwards.
+class FlushDenormalScope {
+ public:
+  FlushDenormalScope() : saved_(enable_flush_denormal()) {}
+  ~FlushDenormalScope() { restore_mxcsr(saved_); }
+
+ private:
+  unsigned saved_;
+};
+
+std::vector<int> ids_of(const Program& p, const std::vector<std::string>& names) {
+  std::vector<int> ids;
+  for (const auto& n : names) ids.push_back(n.empty() ? -1 : p.value_id(n));
+  return ids;
+}
+
+void take_outputs(RunState& state, const std::vector<int>& ids, const std::vector<bool>& keep,
+                  std::vector<Tensor>& out) {
+  out.clear();
+  for (int id : ids) {
+    const Tensor& slot = state.values[static_cast<size_t>(id)];
+    OT_CHECK(slot.defined(), "output '", state.program.value_name(id), "' was not computed");
+    out.push_back(slot);
+  }
+  // Released after all are taken: one value may be returned twice.
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (!keep[i]) state.values[static_cast<size_t>(ids[i])] = Tensor();
+}
+
+}  // namespace
+
+std::vector<StashReportEntry> ForwardCall::stash_report() const {
+  std::vector<StashReportEntry> out;
+  for (size_t i = 0; i < stash_ids_.size(); ++i) {
+    const StashedValue& s = graph_->stashed[i];
+    StashReportEntry e;
+    e.name = s.value;
+    e.kind = stash_kind_name(s.kind);
+    const Tensor& t = run_->state().values[static_cast<size_t>(stash_ids_[i])];
+    if (t.defined()) {
+      e.dtype = t.dtype();
+      e.shape = t.shape();
+      e.bytes = static_cast<int64_t>(t.nbytes());
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+int64_t ForwardCall::stashed_bytes(bool include_inputs) const {
+  int64_t total = 0;
+  for (const auto& e : stash_report())
+    if (include_inputs || e.kind != "input") total += e.bytes;
+  return total;
+}
+
+TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions options) {
+  check_kernels_exist(forward_graph);  // a missing kernel is the more basic gap than a missing rule
+  infer_shapes(forward_graph);
+  GradientSpec spec;
+  spec.wrt = options.wrt;
+  spec.outputs_with_grad = options.outputs_with_grad;
+  if (spec.outputs_with_grad.empty()) {
+    for (const auto& out : forward_graph.outputs)
+      if (forward_graph.may_be_floating(out)) spec.outputs_with_grad.push_back(out);
+  }
+  graph_ = partition_training_graph(build_gradient_graph(forward_graph, spec), spec.wrt);
+  std::vector<std::string> standalone = graph_.forward_outputs;
+  runner_ = std::make_unique<PlannedRunner>(graph_.graph, standalone, ThreadPool::global());
+  runner_->options.check_finite = options.check_finite;
+  const Program& p = runner_->program();
+  forward_input_ids_ = ids_of(p, graph_.forward_inputs);
+  forward_output_ids_ = ids_of(p, graph_.forward_outputs);
+  grad_input_ids_ = ids_of(p, graph_.output_grad_inputs);
+  wrt_grad_ids_ = ids_of(p, graph_.wrt_grads);
+  for (const auto& out : graph_.differentiable_outputs) {
+    auto it = std::find(graph_.forward_outputs.begin(), graph_.forward_outputs.end(), out);
+    differentiable_output_positions_.push_back(static_cast<int>(it - graph_.forward_outputs.begin()));
+  }
+  for (const auto& s : graph_.stashed) stash_.emplace_back(p.value_id(s.value), s.kind);
+}
+
+std::shared_ptr<ForwardCall> TrainingSession::forward(const std::vector<Tensor>& inputs, uint64_t seed,
+                                                      std::vector<Tensor>& outputs) {
+  check_inputs(graph_.graph, graph_.forward_inputs, inputs);
+  auto call = std::make_shared<ForwardCall>();
+  call->graph_ = &graph_;
+  call->run_ = std::make_unique<Run>(*runner_, shape_signature(inputs), seed);
+  RunState& state = call->run_->state();
+  for (size_t i = 0; i < inputs.size(); ++i) state.values[static_cast<size_t>(forward_input_ids_[i])] = inputs[i];
+  {
+    FlushDenormalScope ftz;
+    execute(state, 0, graph_.yield_index);
+  }
+  std::vector<bool> keep(forward_output_ids_.size(), false);
+  for (const auto& s : stash_)
+    for (size_t i = 0; i < forward_output_ids_.size(); ++i)
+      if (forward_output_ids_[i] == s.first) keep[i] = true;
+  take_outputs(state, forward_output_ids_, keep, outputs);
+  // Forward inputs not stashed are no longer needed: let the caller's memory go.
+  std::vector<bool> stashed(state.values.size(), false);
+  for (const auto& s : stash_) stashed[static_cast<size_t>(s.first)] = true;
+  for (int id : forward_input_ids_)
+    if (!stashed[static_cast<size_t>(id)]) state.values[static_cast<size_t>(id)] = Tensor();
+  for (int pos : differentiable_output_positions_) {
+    call->output_dtypes_.push_back(outputs[static_cast<size_t>(pos)].dtype());
+    call->output_shapes_.push_back(outputs[static_cast<size_t>(pos)].shape());
+  }
+  for (const auto& s : stash_) call->stash_ids_.push_back(s.first);
+  return call;
+}
+
+std::vector<Tensor> TrainingSession::backward(ForwardCall& call, const std::vector<Tensor>& output_grads) {
+  OT_CHECK(call.graph_ == &graph_, "this forward call belongs to another session");
+  OT_CHECK(!call.backward_done_, "backward was already run for this forward call; run forward again "
+                                 "(like PyTorch, the saved state is freed by the first backward)");
+  OT_CHECK(output_grads.size() == grad_input_ids_.size(), "backward takes ", grad_input_ids_.size(),
+           " output gradients, got ", output_grads.size());
+  call.backward_done_ = true;
+  RunState& state = call.run_->state();
+  for (size_t i = 0; i < output_grads.size(); ++i) {
+    const Tensor& g = output_grads[i];
+    const std::string& name = graph_.differentiable_outputs[i];
+    Tensor value = g.defined() ? g : Tensor::zeros(call.output_dtypes_[i], call.output_shapes_[i]);
+    OT_CHECK(value.dtype() == call.output_dtypes_[i] && value.shape() == call.output_shapes_[i],
+             "the gradient of output '", name, "' must be ", dtype_name(call.output_dtypes_[i]),
+             call.output_shapes_[i].str(), " like the output, got ", value.str());
+    state.values[static_cast<size_t>(grad_input_ids_[i])] = value;
+  }
+  {
+    FlushDenormalScope ftz;
+    execute(state, graph_.yield_index, runner_->program().nodes().size());
+  }
+  std::vector<Tensor> grads;
+  for (int id : wrt_grad_ids_) grads.push_back(id < 0 ? Tensor() : state.values[static_cast<size_t>(id)]);
+  call.run_->finish();
+  call.run_.reset();  // frees the stash and returns the arena
+  return grads;
+}
+
+void TrainingSession::save_graphs(const std::string& prefix) const {
+  save_model_file(graph_.graph, prefix + "training.onnx");
+  save_model_file(graph_.forward_graph(), prefix + "forward.onnx");
+  save_model_file(graph_.backward_graph(), prefix + "backward.onnx");
+}
+
+InferenceSession::InferenceSession(Graph graph, bool check_finite) {
+  infer_shapes(graph);
+  runner_ = std::make_unique<PlannedRunner>(std::move(graph), std::vector<std::string>{}, ThreadPool::global());
+  runner_->options.check_finite = check_finite;
+  input_ids_ = ids_of(runner_->program(), runner_->program().graph().inputs);
+  output_ids_ = ids_of(runner_->program(), runner_->program().graph().outputs);
+}
+
+std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs, uint64_t seed) {
+  const Graph& g = runner_->program().graph();
+  check_inputs(g, g.inputs, inputs);
+  Run run(*runner_, shape_signature(inputs), seed);
+  RunState& state = run.state();
+  for (size_t i = 0; i < inputs.size(); ++i) state.values[static_cast<size_t>(input_ids_[i])] = inputs[i];
+  {
+    FlushDenormalScope ftz;
+    execute(state, 0, runner_->program().nodes().size());
+  }
+  std::vector<Tensor> outputs;
+  take_outputs(state, output_ids_, std::vector<bool>(output_ids_.size(), false), outputs);
+  run.finish();
+  return outputs;
+}
+
+}  // namespace onnxtrain

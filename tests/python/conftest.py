@@ -1,0 +1,24 @@
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@pytest.fixture(autouse=True)
+def no_silent_fallback(monkeypatch):
+    """Engine tests fail rather than pass through PyTorch: fallback raises unless a test allows it."""
+    monkeypatch.setenv("ONNXTRAIN_FALLBACK", "0")
+
+
+def assert_close(actual, expected, what=""):
+    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL, msg=lambda m: f"{what}: {m}")
+
+
+def assert_engine_ran(output):
+    assert output.grad_fn is not None, "output has no grad_fn: the engine did not run"
+    assert "ORTModuleFunction" in type(output.grad_fn).__name__, type(output.grad_fn).__name__

@@ -1,0 +1,109 @@
+"""Debug options, saved graphs, unsupported ops and the fallback policy."""
+import glob
+import os
+import warnings
+
+import onnx
+import pytest
+import torch
+import torch.nn as nn
+
+import onnxtrain
+from conftest import assert_engine_ran
+
+
+def test_save_onnx_writes_graphs_that_load(tmp_path):
+    options = onnxtrain.DebugOptions(save_onnx=True, onnx_prefix="mlp", save_path=str(tmp_path))
+    model = onnxtrain.ORTModule(nn.Sequential(nn.Linear(6, 4), nn.Tanh(), nn.Linear(4, 2)), debug_options=options)
+    model(torch.randn(3, 6)).sum().backward()
+    names = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / "*.onnx")))
+    assert names == ["mlp_train_backward.onnx", "mlp_train_exported.onnx", "mlp_train_forward.onnx",
+                     "mlp_train_training.onnx"]
+    for name in names:
+        m = onnx.load(str(tmp_path / name))
+        onnx.checker.check_model(m)
+        assert len(m.graph.node) > 0, name
+    backward = onnx.load(str(tmp_path / "mlp_train_backward.onnx"))
+    assert any(n.op_type == "TanhGrad" for n in backward.graph.node)
+
+
+def test_log_level_info_reports_export_and_stash(caplog):
+    options = onnxtrain.DebugOptions(log_level=onnxtrain.LogLevel.INFO)
+    model = onnxtrain.ORTModule(nn.Sequential(nn.Linear(6, 4), nn.ReLU()), debug_options=options)
+    with caplog.at_level("INFO", logger="onnxtrain"):
+        model(torch.randn(3, 6)).sum().backward()
+    text = caplog.text
+    assert "exported Sequential in train mode" in text
+    assert "bytes saved for backward" in text
+    onnxtrain.ORTModule(nn.Identity(), debug_options=onnxtrain.DebugOptions())  # back to WARNING
+
+
+class UsesDeterminant(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 9)
+
+    def forward(self, x):
+        return torch.det(self.fc(x).reshape(-1, 3, 3))
+
+
+def test_unsupported_op_raises_naming_op_and_node_when_fallback_is_off():
+    model = onnxtrain.ORTModule(UsesDeterminant())
+    with pytest.raises(RuntimeError) as info:
+        model(torch.randn(2, 3))
+    message = str(info.value)
+    assert "Det (opset 17)" in message
+    assert "node '/module/Det'" in message
+    assert "ONNXTRAIN_FALLBACK=0" in message
+
+
+def test_unsupported_op_warns_and_falls_back_by_default(monkeypatch):
+    monkeypatch.setenv("ONNXTRAIN_FALLBACK", "1")
+    net = UsesDeterminant()
+    model = onnxtrain.ORTModule(net)
+    x = torch.randn(2, 3)
+    with pytest.warns(RuntimeWarning, match=r"falling back to PyTorch for UsesDeterminant: .*Det"):
+        out = model(x)
+    torch.testing.assert_close(out, net(x))
+    assert model.fallback_reason is not None and "Det" in model.fallback_reason
+    # Later calls stay in PyTorch without warning again.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(x).sum().backward()
+    assert net.fc.weight.grad is not None
+
+
+class ReturnsAnObject(nn.Module):
+    class Result:
+        def __init__(self, value):
+            self.value = value
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.Result(self.fc(x))
+
+
+def test_export_failure_raises_clearly_without_fallback():
+    model = onnxtrain.ORTModule(ReturnsAnObject())
+    with pytest.raises(RuntimeError, match="Result"):
+        model(torch.randn(1, 2))
+
+
+def test_a_working_model_after_a_failed_export_still_trains(monkeypatch):
+    monkeypatch.setenv("ONNXTRAIN_FALLBACK", "1")
+    with pytest.warns(RuntimeWarning):
+        onnxtrain.ORTModule(ReturnsAnObject())(torch.randn(1, 2))
+    monkeypatch.setenv("ONNXTRAIN_FALLBACK", "0")
+    model = onnxtrain.ORTModule(nn.Linear(3, 2))
+    out = model(torch.randn(2, 3))
+    assert_engine_ran(out)
+
+
+def test_wrong_input_shape_names_the_input():
+    model = onnxtrain.ORTModule(nn.Linear(4, 2))
+    model(torch.randn(3, 4))
+    with pytest.raises(RuntimeError, match=r"Gemm node .* failed"):
+        model(torch.randn(3, 5))
