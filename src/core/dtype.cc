@@ -51,7 +51,8 @@ DType dtype_from_onnx(int32_t onnx_type) {
     case 13: case 16:
       return static_cast<DType>(onnx_type);
     default:
-      OT_THROW("ONNX element type ", onnx_type, " is not supported by onnxtrain");
+      throw UnsupportedError(str_cat("ONNX element type ", onnx_type, onnx_type == 8 ? " (string)" : "",
+                                     " is not supported by onnxtrain"));
   }
 }
 

@@ -70,7 +70,7 @@ void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto
 
 ValueInfo value_info_from_proto(const onnx::ValueInfoProto& p) {
   ValueInfo vi;
-  if (!p.type().has_tensor_type()) return vi;
+  if (!p.type().has_tensor_type()) return vi;  // callers reject non-tensor graph inputs and outputs
   const auto& tt = p.type().tensor_type();
   if (tt.elem_type() != 0) {
     // Types we cannot hold (strings) stay undefined here; the op that needs them reports it.
@@ -120,8 +120,9 @@ Attribute attribute_from_proto(const onnx::AttributeProto& a) {
       load_graph(a.g(), *out.g);
       break;
     default:
-      OT_THROW("attribute '", a.name(), "' has kind ", onnx::AttributeProto::AttributeType_Name(a.type()),
-               ", which onnxtrain does not support");
+      throw UnsupportedError(str_cat("attribute '", a.name(), "' has kind ",
+                                     onnx::AttributeProto::AttributeType_Name(a.type()),
+                                     ", which onnxtrain does not support"));
   }
   return out;
 }
@@ -157,8 +158,16 @@ void attribute_to_proto(const std::string& name, const Attribute& a, onnx::Attri
   }
 }
 
+void require_tensor_type(const onnx::ValueInfoProto& vi, const char* what) {
+  if (!vi.has_type() || vi.type().has_tensor_type()) return;
+  throw UnsupportedError(str_cat("graph ", what, " '", vi.name(),
+                                 "' is a sequence, map or optional; onnxtrain handles tensors only"));
+}
+
 void load_graph(const onnx::GraphProto& gp, Graph& g) {
   g.name = gp.name().empty() ? "graph" : gp.name();
+  for (const auto& vi : gp.input()) require_tensor_type(vi, "input");
+  for (const auto& vi : gp.output()) require_tensor_type(vi, "output");
   for (const auto& t : gp.initializer()) {
     OT_CHECK(!t.name().empty(), "graph '", g.name, "' has an initializer without a name");
     g.add_initializer(t.name(), tensor_from_proto(t));
@@ -187,6 +196,8 @@ void load_graph(const onnx::GraphProto& gp, Graph& g) {
     for (const auto& a : np.attribute()) {
       try {
         n.attrs[a.name()] = attribute_from_proto(a);
+      } catch (const UnsupportedError& e) {
+        throw UnsupportedError(str_cat(n.describe(), ": ", e.what()));
       } catch (const Error& e) {
         OT_THROW(n.describe(), ": ", e.what());
       }
@@ -241,7 +252,6 @@ Graph load_model(const std::string& bytes, ModelMeta* meta) {
   g.opsets.clear();
   for (const auto& op : mp.opset_import())
     g.opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = static_cast<int>(op.version());
-  OT_CHECK(g.opsets.count(""), "the ONNX model does not import the default ONNX opset");
   load_graph(mp.graph(), g);
   if (meta) {
     meta->ir_version = mp.ir_version();
@@ -253,6 +263,8 @@ Graph load_model(const std::string& bytes, ModelMeta* meta) {
 Graph load_model_file(const std::string& path, ModelMeta* meta) {
   try {
     return load_model(read_file(path), meta);
+  } catch (const UnsupportedError& e) {
+    throw UnsupportedError(str_cat("loading '", path, "': ", e.what()));
   } catch (const Error& e) {
     OT_THROW("loading '", path, "': ", e.what());
   }
@@ -299,6 +311,26 @@ void infer_shapes(Graph& graph) {
   // Inferred types of intermediates land in value_info, those of graph outputs on the outputs.
   for (const auto& vi : mp.graph().value_info()) merge(vi);
   for (const auto& vi : mp.graph().output()) merge(vi);
+}
+
+namespace {
+void collect_ops(const onnx::GraphProto& g, std::vector<std::pair<std::string, std::string>>& out) {
+  for (const auto& n : g.node()) {
+    out.emplace_back(n.domain() == "ai.onnx" ? "" : n.domain(), n.op_type());
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collect_ops(a.g(), out);
+      for (const auto& sub : a.graphs()) collect_ops(sub, out);
+    }
+  }
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> list_model_ops(const std::string& bytes) {
+  onnx::ModelProto mp;
+  OT_CHECK(mp.ParseFromString(bytes), "the bytes are not a valid ONNX ModelProto (", bytes.size(), " bytes)");
+  std::vector<std::pair<std::string, std::string>> out;
+  collect_ops(mp.graph(), out);
+  return out;
 }
 
 Tensor load_tensor_proto(const std::string& bytes, std::string* name) {

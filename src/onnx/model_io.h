@@ -24,6 +24,10 @@ void save_model_file(const Graph& graph, const std::string& path, const ModelMet
 // value_info. Never throws for nodes ONNX cannot infer (custom domains, unknown shapes).
 void infer_shapes(Graph& graph);
 
+// (domain, op_type) of every node in the model, subgraphs included, read straight from the
+// protobuf: works for models the IR cannot hold (sequence types and the like).
+std::vector<std::pair<std::string, std::string>> list_model_ops(const std::string& bytes);
+
 // Reads a serialized TensorProto (the .pb files of ONNX's node tests).
 Tensor load_tensor_proto(const std::string& bytes, std::string* name = nullptr);
 

@@ -59,8 +59,11 @@ class FlattenKernel final : public Kernel {
   explicit FlattenKernel(const KernelInfo& info) : axis_(info.node.attr_int("axis", 1)) {}
   void compute(KernelContext& ctx) const override {
     const Tensor& x = ctx.input(0);
-    int axis = normalize_axis(axis_, x.rank() + 1, "Flatten");
-    ctx.alias_input(0, 0, {x.shape().size_between(0, axis), x.shape().size_between(axis, x.rank())});
+    // Flatten's axis may equal the rank (everything in the first dim), so it is not a plain axis.
+    int64_t axis = axis_ < 0 ? axis_ + x.rank() : axis_;
+    OT_CHECK(axis >= 0 && axis <= x.rank(), "axis ", axis_, " is out of range for ", x.str());
+    const int split = static_cast<int>(axis);
+    ctx.alias_input(0, 0, {x.shape().size_between(0, split), x.shape().size_between(split, x.rank())});
   }
 
  private:
