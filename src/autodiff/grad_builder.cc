@@ -107,6 +107,8 @@ std::string GradBuilder::reduce_to_input_shape(const std::string& grad, int inpu
   return reduced;
 }
 
+void GradBuilder::set_dtype(const std::string& value, DType dtype) { owner_.graph().info_mut(value).dtype = dtype; }
+
 DType GradBuilder::dtype_of(const std::string& value) const {
   const ValueInfo* vi = info(value);
   OT_CHECK(vi && vi->dtype != DType::Undefined, node_.describe(), ": the element type of '", value,

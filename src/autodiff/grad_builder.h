@@ -56,6 +56,9 @@ class GradBuilder {
   // when the declared shapes provably match.
   std::string reduce_to_input_shape(const std::string& grad, int input_index);
 
+  // Declares the element type of an emitted value, for ops whose output type is not their first
+  // input's (the emitter guesses that, and knows Shape, Cast and comparisons).
+  void set_dtype(const std::string& value, DType dtype);
   DType dtype_of(const std::string& value) const;
   const ValueInfo* info(const std::string& value) const;
 

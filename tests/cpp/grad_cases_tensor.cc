@@ -25,3 +25,21 @@ OT_GRAD_CASES(cases());
 
 }  // namespace
 }  // namespace onnxtrain::testing
+
+namespace onnxtrain::testing {
+namespace {
+
+std::vector<GradCase> broadcast_cases() {
+  const DType F64 = DType::Float64;
+  Tensor cond = Tensor::from_vector<bool>({true, false, false, true, true, false}, {2, 3});
+  return {
+      {"Expand_rows", "Expand", "", {}, {random_tensor(F64, {3, 1}, 11), int64_tensor({2, 3, 4})}},
+      {"Expand_same", "Expand", "", {}, {random_tensor(F64, {2, 3}, 12), int64_tensor({2, 3})}},
+      {"Where_broadcast", "Where", "", {}, {cond, random_tensor(F64, {2, 3}, 13), random_tensor(F64, {3}, 14)}},
+  };
+}
+
+OT_GRAD_CASES(broadcast_cases());
+
+}  // namespace
+}  // namespace onnxtrain::testing
