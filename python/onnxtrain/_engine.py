@@ -12,7 +12,8 @@ _RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "
 
 
 def to_capsules(tensors):
-    return [to_dlpack(t.detach()) for t in tensors]
+    # torch 1.13's DLPack cannot carry bool: it travels as uint8 and the engine reads it as bool.
+    return [to_dlpack(t.detach() if t.dtype != torch.bool else t.detach().view(torch.uint8)) for t in tensors]
 
 
 def from_capsules(capsules, bool_positions):
@@ -36,11 +37,12 @@ class TrainingRun:
         names = graphs.input_names
         wrt = [n for n, r in zip(names, requires_grad) if r]
         start = time.perf_counter()
-        self.session = _C.TrainingSession(graphs.exported.model_bytes, wrt, [], graphs.check_finite)
+        user_outputs = graphs.output_names[:graphs.exported.num_user_outputs]
+        self.session = _C.TrainingSession(graphs.exported.model_bytes, wrt, user_outputs, graphs.check_finite)
         self.build_seconds = time.perf_counter() - start
         self.wrt_positions = [names.index(n) for n in self.session.wrt]
         outputs = self.session.forward_outputs
-        self.differentiable_positions = [outputs.index(n) for n in self.session.differentiable_outputs]
+        self.differentiable_positions = list(self.session.differentiable_output_positions)
         self.non_differentiable_positions = [
             i for i in range(len(outputs)) if i not in set(self.differentiable_positions)]
         stashed_outputs = {name for name, kind in self.session.stashed if kind == "forward_output"}
@@ -83,6 +85,7 @@ class Graphs:
         self.debug_options = debug_options
         model = onnx.load_from_string(exported.model_bytes)
         self.input_names = [i.name for i in model.graph.input]
+        self.output_names = [o.name for o in model.graph.output]
         self.has_randomness = any(n.op_type in _RANDOM_OPS for n in model.graph.node)
         self._runs = {}
         self._inference = None
@@ -106,6 +109,21 @@ class Graphs:
             if self.debug_options.save_onnx:
                 run.session.save_graphs(self._file_prefix())
         return run
+
+    def apply_buffer_updates(self, module, outputs):
+        """Copies new buffer values (BatchNorm running statistics) into the module, as PyTorch's
+        training-mode forward does, and returns the module's own outputs."""
+        exported = self.exported
+        updates = exported.buffer_updates
+        if updates:
+            with torch.no_grad():
+                for index, path in updates.outputs:
+                    module.get_buffer(path).copy_(outputs[index])
+                for path in updates.batchnorm_paths:
+                    tracked = module.get_submodule(path).num_batches_tracked
+                    if tracked is not None:
+                        tracked.add_(1)
+        return outputs[:exported.num_user_outputs]
 
     def infer(self, tensors):
         if self._inference is None:

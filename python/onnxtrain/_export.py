@@ -1,10 +1,12 @@
 """torch.onnx.export of a module, in training or eval mode, with every dim dynamic."""
 import contextlib
 import io
+import os
+import warnings
 
 import torch
 
-from . import _io
+from . import _io, _rewrite, _symbolics
 
 OPSET = 17
 
@@ -46,13 +48,20 @@ def _preserved_state(module):
 class Exported:
     """An exported graph and how its inputs and outputs map to the module's."""
 
-    def __init__(self, model_bytes, graph_inputs, output_schema, num_outputs):
+    def __init__(self, model_bytes, graph_inputs, output_schema, num_user_outputs, buffer_updates,
+                 trace_warnings=(), bakes_scalars=False):
         self.model_bytes = model_bytes
         # One entry per graph input: ("input", index into the flat user tensors) or
         # ("param", name of a parameter or buffer of the module). Unused inputs are absent.
         self.graph_inputs = graph_inputs
         self.output_schema = output_schema
-        self.num_outputs = num_outputs
+        # The module's outputs come first; new buffer values (BatchNorm statistics) follow.
+        self.num_user_outputs = num_user_outputs
+        self.buffer_updates = buffer_updates
+        # What the tracer warned about (its trace may not generalize), and whether a Python
+        # number input was baked into the graph, so that its value must key the export.
+        self.trace_warnings = list(trace_warnings)
+        self.bakes_scalars = bakes_scalars
 
 
 def export(module, tensors, input_schema, training):
@@ -67,7 +76,9 @@ def export(module, tensors, input_schema, training):
     buffer = io.BytesIO()
     mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
     error = None
-    with _preserved_state(module), torch.no_grad():
+    with _preserved_state(module), torch.no_grad(), _symbolics.registered(OPSET), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", torch.jit.TracerWarning)
         try:
             torch.onnx.export(
                 flat, tuple(t.detach() for t in tensors), buffer, input_names=input_names,
@@ -82,6 +93,11 @@ def export(module, tensors, input_schema, training):
         raise ExportError(f"torch.onnx.export did not run the forward of {type(module).__name__}")
 
     model = onnx.load_from_string(buffer.getvalue())
+    num_user_outputs = len(model.graph.output)
+    try:
+        buffer_updates = _rewrite.adapt_to_pytorch(model, module)
+    except ValueError as e:
+        raise ExportError(str(e)) from None
     graph_inputs = []
     for graph_input in model.graph.input:
         name = graph_input.name
@@ -91,4 +107,13 @@ def export(module, tensors, input_schema, training):
             graph_inputs.append(("param", name[len("module."):]))
         else:
             raise ExportError(f"exported graph input {name!r} is neither a module input nor a parameter")
-    return Exported(buffer.getvalue(), graph_inputs, flat.output_schema, len(model.graph.output))
+    # (message, raised by the user's own code): torch's internals warn about harmless checks
+    # (BatchNorm's batch-size check), the user's code about real data-dependent branches.
+    torch_dir = os.path.dirname(torch.__file__)
+    trace_warnings = [(str(w.message), not os.path.abspath(w.filename).startswith(torch_dir))
+                      for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    scalars = _io.scalar_positions(input_schema)
+    used = {ref for kind, ref in graph_inputs if kind == "input"}
+    bakes_scalars = bool(scalars) and (any(user for _, user in trace_warnings) or any(i not in used for i in scalars))
+    return Exported(model.SerializeToString(), graph_inputs, flat.output_schema, num_user_outputs, buffer_updates,
+                    trace_warnings, bakes_scalars)

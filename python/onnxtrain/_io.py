@@ -1,8 +1,9 @@
 """Flattening of a module's inputs and outputs into tensor lists, and back.
 
 A schema is a hashable tree that records everything but the tensors: containers and their
-types, dict keys, None, and Python constants. Two calls with the same schema (and the same
-tensor dtypes, ranks and requires_grad) can run the same exported graph.
+types, dict keys, None, bools and strings. Python ints and floats become 0-d tensor inputs, so a
+new value does not need a new export (unless the export baked the value in: see ortmodule).
+Two calls with the same schema and tensor signature can run the same exported graph.
 """
 import torch
 
@@ -11,30 +12,43 @@ class UnsupportedTypeError(TypeError):
     pass
 
 
-def _flatten(obj, tensors, path):
-    if isinstance(obj, torch.Tensor):
-        tensors.append(obj)
-        return ("T", len(tensors) - 1)
-    if obj is None:
-        return ("N",)
-    if isinstance(obj, (bool, int, float, str)):
-        return ("C", type(obj), obj)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return ("NT", type(obj), tuple(_flatten(v, tensors, f"{path}.{f}") for f, v in zip(obj._fields, obj)))
-    if isinstance(obj, (tuple, list)):
-        kind = "U" if isinstance(obj, tuple) else "L"
-        return (kind, tuple(_flatten(v, tensors, f"{path}[{i}]") for i, v in enumerate(obj)))
-    if isinstance(obj, dict):
-        return ("D", type(obj), tuple((k, _flatten(v, tensors, f"{path}[{k!r}]")) for k, v in obj.items()))
-    raise UnsupportedTypeError(
-        f"onnxtrain cannot pass {path} of type {type(obj).__qualname__}: supported are tensors, None, "
-        "bool, int, float, str and lists, tuples, dicts and namedtuples of them")
+class _Flattener:
+    def __init__(self, scalars_as_tensors):
+        self.tensors = []
+        self.scalars_as_tensors = scalars_as_tensors
+
+    def leaf(self, t):
+        self.tensors.append(t)
+        return len(self.tensors) - 1
+
+    def __call__(self, obj, path):
+        if isinstance(obj, torch.Tensor):
+            return ("T", self.leaf(obj))
+        if obj is None:
+            return ("N",)
+        if isinstance(obj, (int, float)) and not isinstance(obj, bool) and self.scalars_as_tensors:
+            dtype = torch.int64 if isinstance(obj, int) else torch.get_default_dtype()
+            return ("S", type(obj), self.leaf(torch.tensor(obj, dtype=dtype)))
+        if isinstance(obj, (bool, int, float, str)):
+            return ("C", type(obj), obj)
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return ("NT", type(obj), tuple(self(v, f"{path}.{f}") for f, v in zip(obj._fields, obj)))
+        if isinstance(obj, (tuple, list)):
+            kind = "U" if isinstance(obj, tuple) else "L"
+            return (kind, tuple(self(v, f"{path}[{i}]") for i, v in enumerate(obj)))
+        if isinstance(obj, dict):
+            return ("D", type(obj), tuple((k, self(v, f"{path}[{k!r}]")) for k, v in obj.items()))
+        raise UnsupportedTypeError(
+            f"onnxtrain cannot pass {path} of type {type(obj).__qualname__}: supported are tensors, None, "
+            "bool, int, float, str and lists, tuples, dicts and namedtuples of them")
 
 
 def _unflatten(node, tensors):
     kind = node[0]
     if kind == "T":
         return tensors[node[1]]
+    if kind == "S":  # a Python number given to the exporter as a 0-d tensor
+        return tensors[node[2]]
     if kind == "N":
         return None
     if kind == "C":
@@ -50,12 +64,13 @@ def _unflatten(node, tensors):
     raise AssertionError(f"bad schema node {node!r}")
 
 
-def flatten_inputs(args, kwargs):
-    """Returns (tensors, schema) for a call module(*args, **kwargs)."""
-    tensors = []
-    arg_nodes = tuple(_flatten(a, tensors, f"argument {i}") for i, a in enumerate(args))
-    kwarg_nodes = tuple((k, _flatten(kwargs[k], tensors, f"keyword argument {k!r}")) for k in sorted(kwargs))
-    return tensors, (arg_nodes, kwarg_nodes)
+def flatten_inputs(args, kwargs, scalars_as_tensors=True):
+    """Returns (tensors, schema) for a call module(*args, **kwargs). Keyword arguments are keyed
+    by name, so their order in the call does not matter."""
+    flat = _Flattener(scalars_as_tensors)
+    arg_nodes = tuple(flat(a, f"argument {i}") for i, a in enumerate(args))
+    kwarg_nodes = tuple((k, flat(kwargs[k], f"keyword argument {k!r}")) for k in sorted(kwargs))
+    return flat.tensors, (arg_nodes, kwarg_nodes)
 
 
 def unflatten_inputs(schema, tensors):
@@ -65,9 +80,35 @@ def unflatten_inputs(schema, tensors):
     return args, kwargs
 
 
+def scalar_positions(schema):
+    """Indices of the flat tensors that stand for Python numbers."""
+    out = []
+
+    def walk(node):
+        kind = node[0]
+        if kind == "S":
+            out.append(node[2])
+        elif kind in ("U", "L"):
+            for c in node[1]:
+                walk(c)
+        elif kind == "NT":
+            for c in node[2]:
+                walk(c)
+        elif kind == "D":
+            for _, c in node[2]:
+                walk(c)
+
+    for n in schema[0]:
+        walk(n)
+    for _, n in schema[1]:
+        walk(n)
+    return out
+
+
 def flatten_outputs(out):
-    tensors = []
-    return tensors, _flatten(out, tensors, "output")
+    flat = _Flattener(scalars_as_tensors=False)
+    schema = flat(out, "output")
+    return flat.tensors, schema
 
 
 def unflatten_outputs(schema, tensors):
@@ -76,4 +117,4 @@ def unflatten_outputs(schema, tensors):
 
 def tensor_signature(tensors):
     """What of the tensors themselves decides whether an exported graph still fits them."""
-    return tuple((t.dtype, t.dim(), t.requires_grad) for t in tensors)
+    return tuple((t.dtype, t.dim()) for t in tensors)

@@ -1,10 +1,12 @@
 """ORTModule: wrap a torch.nn.Module so that its forward and backward run in onnxtrain."""
+import logging
 import time
+import types
 import warnings
 
 import torch
 
-from . import _C, _io
+from . import _C, _cache, _io
 from ._autograd import ORTModuleFunction
 from ._engine import Graphs
 from ._export import ExportError, export
@@ -40,9 +42,12 @@ class _ParamLookup:
 
 
 class ORTModule(torch.nn.Module):
-    """Runs `module` through onnxtrain's engine. On the first call (and whenever the input
-    structure, dtypes, ranks or the train/eval mode change) the module is exported to ONNX;
-    batch and sequence lengths may change freely."""
+    """Runs `module` through onnxtrain's engine.
+
+    The module is exported to ONNX on the first call, and again only when the input structure
+    (containers, keys, None, bools, strings), a tensor's dtype or rank, or the train/eval mode
+    changes. Batch and sequence lengths, and the values of int and float arguments, change freely.
+    """
 
     def __init__(self, module: torch.nn.Module, debug_options: DebugOptions = None):
         super().__init__()
@@ -51,8 +56,12 @@ class ORTModule(torch.nn.Module):
         self._original_module = module
         self._debug_options = debug_options or DebugOptions()
         apply_log_level(self._debug_options.log_level)
+        self._reset_state()
+
+    def _reset_state(self):
         self._graphs = {}  # (training, input schema, tensor signature) -> (Graphs, _ParamLookup)
         self._fallback_reason = None
+        self._scalars_as_tensors = True  # False once an export baked a Python number in
         self.engine_runs = 0  # forward calls the engine served: tests use it to prove no fallback
 
     @property
@@ -65,16 +74,8 @@ class ORTModule(torch.nn.Module):
         if self._fallback_reason is not None:
             return self._original_module(*args, **kwargs)
         try:
-            tensors, schema = _io.flatten_inputs(args, kwargs)
-            training = self._original_module.training
-            key = (training, schema, _io.tensor_signature(tensors))
-            entry = self._graphs.get(key)
-            if entry is None:
-                entry = self._build(key, tensors, schema, training)
-            graphs, params = entry
-            feeds = []
-            for kind, ref in graphs.exported.graph_inputs:
-                feeds.append(tensors[ref] if kind == "input" else None)
+            graphs, params, tensors = self._graphs_for(args, kwargs)
+            feeds = [tensors[ref] if kind == "input" else None for kind, ref in graphs.exported.graph_inputs]
             param_iter = iter(params.tensors())
             feeds = [t if t is not None else next(param_iter) for t in feeds]
             feeds = [t if t.is_contiguous() else t.contiguous() for t in feeds]
@@ -88,12 +89,46 @@ class ORTModule(torch.nn.Module):
             reason = str(e)
             del e
             return self._fall_back(reason, args, kwargs)
+        outputs = graphs.apply_buffer_updates(self._original_module, outputs)
         return _io.unflatten_outputs(graphs.exported.output_schema, list(outputs))
+
+    def _graphs_for(self, args, kwargs):
+        tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
+        training = self._original_module.training
+        key = (training, schema, _io.tensor_signature(tensors))
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._build(key, tensors, schema, training)
+            if entry[0].exported.bakes_scalars and self._scalars_as_tensors:
+                # The trace turned a Python number into a constant: from now on numbers are part of
+                # the schema, so each value gets its own export, as correctness requires.
+                logger.info("onnxtrain: %s uses a Python number as a constant; numbers now key the export",
+                            type(self._original_module).__name__)
+                self._scalars_as_tensors = False
+                self._graphs.clear()
+                return self._graphs_for(args, kwargs)
+        graphs, params = entry
+        return graphs, params, tensors
 
     def _build(self, key, tensors, schema, training):
         name = type(self._original_module).__name__
         start = time.perf_counter()
-        exported = export(self._original_module, tensors, schema, training)
+        cache_key = None
+        exported = None
+        if _cache.directory():
+            cache_key = _cache.key(self._original_module, training, schema, key[2])
+            exported = _cache.load(cache_key)
+            if exported is not None:
+                logger.info("onnxtrain: loaded the %s export of %s from the cache", "train" if training else "eval",
+                            name)
+        if exported is None:
+            exported = export(self._original_module, tensors, schema, training)
+            for message, from_user_code in exported.trace_warnings:
+                logger.log(logging.WARNING if from_user_code else logging.DEBUG,
+                           "onnxtrain: exporting %s: the tracer warns that the graph may not generalize: %s",
+                           name, message)
+            if cache_key is not None:
+                _cache.store(cache_key, exported)
         graphs = Graphs(exported, name, training, self._debug_options, time.perf_counter() - start)
         params = _ParamLookup(self._original_module, [ref for kind, ref in exported.graph_inputs if kind == "param"])
         self._graphs[key] = (graphs, params)
@@ -135,8 +170,44 @@ class ORTModule(torch.nn.Module):
     def buffers(self, recurse=True):
         return self._original_module.buffers(recurse=recurse)
 
+    def register_buffer(self, name, tensor, persistent=True):
+        self._original_module.register_buffer(name, tensor, persistent)
+        self._graphs.clear()  # the forward may now read it
+
+    def register_parameter(self, name, param):
+        if "_original_module" not in self._modules:  # during nn.Module's own __init__
+            return super().register_parameter(name, param)
+        self._original_module.register_parameter(name, param)
+        self._graphs.clear()
+
+    def _apply(self, fn):
+        # .to(), .double(), .half(), ...: new dtypes or devices need new graphs.
+        result = super()._apply(fn)
+        self._graphs.clear()
+        return result
+
     def __getattr__(self, name):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            return getattr(self._original_module, name)
+            pass
+        original = super().__getattr__("_original_module")
+        value = getattr(original, name)
+        # A method the user defined on the wrapped module runs with `self` being this wrapper, so
+        # that its self(...) calls go through the engine.
+        if isinstance(value, types.MethodType) and value.__self__ is original and \
+                not hasattr(torch.nn.Module, name):
+            return types.MethodType(value.__func__, self)
+        return value
+
+    # ---- pickling and copying: the engine's graphs are rebuilt on the next call ----
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for transient in ("_graphs", "_fallback_reason", "_scalars_as_tensors", "engine_runs"):
+            state.pop(transient, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._reset_state()

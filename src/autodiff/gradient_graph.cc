@@ -103,16 +103,22 @@ GradientGraph build_gradient_graph(const Graph& forward, const GradientSpec& spe
       if (!out.empty() && g.may_be_floating(out)) requires_grad.insert(out);
   }
 
-  // Gradient inputs for the outputs that carry gradient.
+  // Gradient inputs for the outputs that carry gradient, by position: one value may be returned
+  // twice, and each return gets its own incoming gradient.
   std::unordered_map<std::string, std::vector<std::string>> contributions;
-  for (const auto& out : spec.outputs_with_grad) {
+  std::unordered_set<std::string> with_grad(spec.outputs_with_grad.begin(), spec.outputs_with_grad.end());
+  for (const auto& out : spec.outputs_with_grad)
     OT_CHECK(std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end(),
              "'", out, "' is not a graph output, so no gradient can be fed into it");
-    if (!requires_grad.count(out)) continue;
+  const std::vector<std::string> forward_outputs = g.outputs;
+  for (size_t pos = 0; pos < forward_outputs.size(); ++pos) {
+    const std::string& out = forward_outputs[pos];
+    if (!with_grad.count(out) || !requires_grad.count(out)) continue;
     std::string grad_in = g.unique_name(out + "_grad");
     g.inputs.push_back(grad_in);
     if (const ValueInfo* vi = g.info(out)) g.info_mut(grad_in) = *vi;
     result.differentiable_outputs.push_back(out);
+    result.differentiable_output_positions.push_back(static_cast<int>(pos));
     result.output_grad_inputs.push_back(grad_in);
     contributions[out].push_back(grad_in);
   }

@@ -22,6 +22,7 @@ struct GradientGraph {
   // Outputs that actually depend on `wrt` through differentiable ops, and the joint-graph input
   // that carries each one's incoming gradient (parallel vectors).
   std::vector<std::string> differentiable_outputs;
+  std::vector<int> differentiable_output_positions;  // index into the forward graph's outputs
   std::vector<std::string> output_grad_inputs;
   // Parallel to spec.wrt: the joint-graph output holding each gradient, "" when no gradient
   // reaches that value (PyTorch leaves .grad as None then).

@@ -184,6 +184,11 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("forward_outputs", [](const PyTrainingSession& s) { return s.graph().forward_outputs; })
       .def_property_readonly("differentiable_outputs",
                              [](const PyTrainingSession& s) { return s.graph().differentiable_outputs; })
+      .def_property_readonly("differentiable_output_positions",
+                             [](const PyTrainingSession& s) { return s.graph().differentiable_output_positions; })
+      .def_property_readonly("num_backward_nodes", [](const PyTrainingSession& s) {
+        return s.graph().graph.nodes.size() - s.graph().yield_index;
+      })
       .def_property_readonly("wrt", [](const PyTrainingSession& s) { return s.graph().wrt; })
       .def_property_readonly("wrt_has_grad",
                              [](const PyTrainingSession& s) {

@@ -110,6 +110,7 @@ TrainingGraph partition_training_graph(GradientGraph gg, const std::vector<std::
   for (const auto& v : gg.wrt_grads) consider(v);
 
   tg.differentiable_outputs = gg.differentiable_outputs;
+  tg.differentiable_output_positions = gg.differentiable_output_positions;
   tg.output_grad_inputs = gg.output_grad_inputs;
   tg.wrt = wrt;
   tg.wrt_grads = gg.wrt_grads;

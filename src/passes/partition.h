@@ -28,7 +28,8 @@ struct TrainingGraph {
   std::vector<std::string> forward_inputs;   // what the caller feeds the forward
   std::vector<std::string> forward_outputs;  // what the forward returns
   std::vector<std::string> differentiable_outputs;
-  std::vector<std::string> output_grad_inputs;  // parallel to differentiable_outputs
+  std::vector<int> differentiable_output_positions;  // index into forward_outputs
+  std::vector<std::string> output_grad_inputs;       // parallel to differentiable_outputs
   std::vector<std::string> wrt;
   std::vector<std::string> wrt_grads;  // parallel to wrt; "" when no gradient reaches it
   std::vector<StashedValue> stashed;

@@ -85,10 +85,6 @@ TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions opt
   forward_output_ids_ = ids_of(p, graph_.forward_outputs);
   grad_input_ids_ = ids_of(p, graph_.output_grad_inputs);
   wrt_grad_ids_ = ids_of(p, graph_.wrt_grads);
-  for (const auto& out : graph_.differentiable_outputs) {
-    auto it = std::find(graph_.forward_outputs.begin(), graph_.forward_outputs.end(), out);
-    differentiable_output_positions_.push_back(static_cast<int>(it - graph_.forward_outputs.begin()));
-  }
   for (const auto& s : graph_.stashed) stash_.emplace_back(p.value_id(s.value), s.kind);
 }
 
@@ -114,7 +110,7 @@ std::shared_ptr<ForwardCall> TrainingSession::forward(const std::vector<Tensor>&
   for (const auto& s : stash_) stashed[static_cast<size_t>(s.first)] = true;
   for (int id : forward_input_ids_)
     if (!stashed[static_cast<size_t>(id)]) state.values[static_cast<size_t>(id)] = Tensor();
-  for (int pos : differentiable_output_positions_) {
+  for (int pos : graph_.differentiable_output_positions) {
     call->output_dtypes_.push_back(outputs[static_cast<size_t>(pos)].dtype());
     call->output_shapes_.push_back(outputs[static_cast<size_t>(pos)].shape());
   }

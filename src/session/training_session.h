@@ -63,7 +63,6 @@ class TrainingSession {
   TrainingGraph graph_;
   std::unique_ptr<PlannedRunner> runner_;
   std::vector<int> forward_input_ids_, forward_output_ids_, grad_input_ids_, wrt_grad_ids_;
-  std::vector<int> differentiable_output_positions_;  // index into forward_outputs
   std::vector<std::pair<int, StashedValue::Kind>> stash_;
 };
 

@@ -1,0 +1,38 @@
+"""One rank of the DDP test: trains DDP(ORTModule(net)) and plain DDP(net) side by side."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+import onnxtrain  # noqa: E402
+
+
+def main(rank, world, port, out_path):
+    os.environ["ONNXTRAIN_FALLBACK"] = "0"
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)  # the same initial weights on every rank
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    plain = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    plain.load_state_dict(net.state_dict())
+    ours = nn.parallel.DistributedDataParallel(onnxtrain.ORTModule(net))
+    theirs = nn.parallel.DistributedDataParallel(plain)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (ours, theirs)]
+    gen = torch.Generator().manual_seed(100 + rank)  # each rank sees different data
+    for _ in range(3):
+        x, y = torch.randn(6, 8, generator=gen), torch.randn(6, 4, generator=gen)
+        for model, opt in zip((ours, theirs), opts):
+            out = model(x)
+            loss = (out - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert "ORTModuleFunction" in type(ours(x).grad_fn).__name__
+    torch.save({"ours": net.state_dict(), "theirs": plain.state_dict()}, out_path)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
