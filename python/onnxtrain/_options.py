@@ -25,6 +25,7 @@ class DebugOptions:
     onnx_prefix: str = ""
     save_path: str = ""
     check_finite: bool = False  # raise at the first op that produces NaN or Inf, naming it
+    profile_path: str = ""  # write a per-kernel Chrome trace here (like ONNXTRAIN_PROFILE)
 
     def __post_init__(self):
         self.log_level = LogLevel(self.log_level)

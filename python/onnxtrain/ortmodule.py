@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-from . import _C, _cache, _io
+from . import _C, _cache, _io, profiler
 from ._autograd import ORTModuleFunction
 from ._engine import Graphs
 from ._export import ExportError, export
@@ -56,6 +56,8 @@ class ORTModule(torch.nn.Module):
         self._original_module = module
         self._debug_options = debug_options or DebugOptions()
         apply_log_level(self._debug_options.log_level)
+        if self._debug_options.profile_path:
+            profiler.start(self._debug_options.profile_path)
         self._reset_state()
 
     def _reset_state(self):

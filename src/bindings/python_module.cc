@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "onnx/model_io.h"
 #include "ops/registry.h"
+#include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
 #include "session/training_session.h"
 
@@ -156,6 +157,9 @@ PYBIND11_MODULE(_C, m) {
       fn(static_cast<int>(level), msg);
     });
   });
+  m.def("profiler_start", [](const std::string& path) { Profiler::instance().start(path); });
+  m.def("profiler_stop", [] { return Profiler::instance().stop(); });
+  m.def("profiler_enabled", [] { return Profiler::instance().enabled(); });
   m.def("set_num_threads", &ThreadPool::set_num_threads);
   m.def("get_num_threads", [] { return ThreadPool::global().num_threads(); });
   m.def("ops_with_kernels", [] { return OpRegistry::instance().ops_with_kernels(); });

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/logging.h"
+#include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -127,13 +128,27 @@ void check_outputs_finite(const RunState& state, const CompiledNode& cn) {
   }
 }
 
+std::string input_shapes(const RunState& state, const CompiledNode& cn) {
+  std::string out;
+  for (size_t i = 0; i < cn.inputs.size(); ++i) {
+    out += i ? ", " : "";
+    if (cn.inputs[i] >= 0 && state.values[static_cast<size_t>(cn.inputs[i])].defined())
+      out += state.values[static_cast<size_t>(cn.inputs[i])].str();
+  }
+  return out;
+}
+
 }  // namespace
 
-void execute(RunState& state, size_t begin, size_t end) {
+void execute(RunState& state, size_t begin, size_t end, const char* phase) {
   const auto& nodes = state.program.nodes();
+  Profiler& profiler = Profiler::instance();
   for (size_t k = begin; k < end; ++k) {
     const CompiledNode& cn = nodes[k];
     KernelContext ctx(state, cn, static_cast<int>(k));
+    const bool profiling = profiler.enabled();
+    std::string shapes = profiling ? input_shapes(state, cn) : std::string();
+    const int64_t start = profiling ? Profiler::now_us() : 0;
     try {
       cn.kernel->compute(ctx);
     } catch (const UnsupportedError& e) {
@@ -142,6 +157,8 @@ void execute(RunState& state, size_t begin, size_t end) {
       OT_THROW(cn.node->describe(), " (opset ", cn.opset, ") failed: ", e.what(), "; inputs: ",
                describe_inputs(state, cn));
     }
+    if (profiling)
+      profiler.record(cn.node->name, cn.node->op_type, phase, std::move(shapes), start, Profiler::now_us() - start);
     state.node_scratch.clear();
     for (size_t o = 0; o < cn.outputs.size(); ++o) {
       OT_CHECK(state.values[static_cast<size_t>(cn.outputs[o])].defined() || cn.node->outputs[o].empty(),

@@ -33,7 +33,8 @@ struct RunState {
 };
 
 // Runs nodes [begin, end). Values become dead after their last reader and are released.
-// Kernel failures are rethrown naming the node, its op and its input tensors.
-void execute(RunState& state, size_t begin, size_t end);
+// Kernel failures are rethrown naming the node, its op and its input tensors. `phase` labels the
+// kernels in profiles ("forward", "backward", "inference").
+void execute(RunState& state, size_t begin, size_t end, const char* phase);
 
 }  // namespace onnxtrain

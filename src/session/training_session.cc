@@ -98,7 +98,7 @@ std::shared_ptr<ForwardCall> TrainingSession::forward(const std::vector<Tensor>&
   for (size_t i = 0; i < inputs.size(); ++i) state.values[static_cast<size_t>(forward_input_ids_[i])] = inputs[i];
   {
     FlushDenormalScope ftz;
-    execute(state, 0, graph_.yield_index);
+    execute(state, 0, graph_.yield_index, "forward");
   }
   std::vector<bool> keep(forward_output_ids_.size(), false);
   for (const auto& s : stash_)
@@ -137,7 +137,7 @@ std::vector<Tensor> TrainingSession::backward(ForwardCall& call, const std::vect
   }
   {
     FlushDenormalScope ftz;
-    execute(state, graph_.yield_index, runner_->program().nodes().size());
+    execute(state, graph_.yield_index, runner_->program().nodes().size(), "backward");
   }
   std::vector<Tensor> grads;
   for (int id : wrt_grad_ids_) grads.push_back(id < 0 ? Tensor() : state.values[static_cast<size_t>(id)]);
@@ -168,7 +168,7 @@ std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs, uin
   for (size_t i = 0; i < inputs.size(); ++i) state.values[static_cast<size_t>(input_ids_[i])] = inputs[i];
   {
     FlushDenormalScope ftz;
-    execute(state, 0, runner_->program().nodes().size());
+    execute(state, 0, runner_->program().nodes().size(), "inference");
   }
   std::vector<Tensor> outputs;
   take_outputs(state, output_ids_, std::vector<bool>(output_ids_.size(), false), outputs);

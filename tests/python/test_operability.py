@@ -41,3 +41,19 @@ def test_cache_dir_lets_a_new_process_skip_the_export(tmp_path):
     assert exports == 0, log
     assert "loaded the train export of Sequential from the cache" in log
     assert second == first
+
+
+def test_profile_has_one_event_per_kernel_with_op_shapes_and_time(tmp_path):
+    import json
+
+    path = tmp_path / "trace.json"
+    model = onnxtrain.ORTModule(nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2)))
+    with onnxtrain.profiler.profile(path):
+        model(torch.ones(4, 3)).sum().backward()
+    events = json.loads(path.read_text())["traceEvents"]
+    forward = [e for e in events if e["cat"] == "forward"]
+    backward = [e for e in events if e["cat"] == "backward"]
+    assert [e["name"] for e in forward] == ["Gemm", "Relu", "Gemm"]
+    assert forward[0]["args"]["shapes"].startswith("float32[4x3], float32[5x3], float32[5]")
+    assert any(e["name"] == "ReluGrad" for e in backward)
+    assert all(e["ph"] == "X" and e["dur"] >= 0 and "node" in e["args"] for e in events)
