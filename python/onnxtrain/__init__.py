@@ -1,6 +1,6 @@
 """onnxtrain: train PyTorch models through a C++ engine. Wrap a module with ORTModule and keep
 the rest of the training loop."""
-from . import _C, profiler
+from . import _C, optim, profiler
 from ._export import ExportError
 from ._options import DebugOptions, LogLevel
 from .ortmodule import ORTModule

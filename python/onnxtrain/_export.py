@@ -74,7 +74,10 @@ def export(module, tensors, input_schema, training):
     input_names = [f"input_{i}" for i in range(len(tensors))]
     dynamic_axes = {name: {d: f"{name}_dim{d}" for d in range(t.dim())} for name, t in zip(input_names, tensors)}
     buffer = io.BytesIO()
-    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
+    # Eval graphs are exported with PRESERVE (the module is in eval mode): EVAL would also run
+    # torch's eval peephole, which folds BatchNorm into Conv as new weights that are not the
+    # module's parameters, so they could neither be fed nor follow the optimizer.
+    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.PRESERVE
     error = None
     with _preserved_state(module), torch.no_grad(), _symbolics.registered(OPSET), \
             warnings.catch_warnings(record=True) as caught:

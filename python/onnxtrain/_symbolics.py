@@ -5,7 +5,9 @@ onnxtrain exports:
 - cross_entropy with label_smoothing is refused, so it becomes onnxtrain's own
   SoftmaxCrossEntropyLoss, which takes a label_smoothing attribute;
 - binary_cross_entropy_with_logits exports as log(sigmoid(x)), which overflows for large
-  logits, so it becomes the stable form max(x, 0) - x*y + log(1 + exp(-|x|)).
+  logits, so it becomes the stable form max(x, 0) - x*y + log(1 + exp(-|x|));
+- adaptive_avg_pool needs a static input size, and every dim is dynamic here, so it becomes
+  onnxtrain's AdaptiveAveragePool (or GlobalAveragePool for output size 1).
 """
 import contextlib
 
@@ -60,11 +62,25 @@ def _bce_with_logits(g, input, target, weight, pos_weight, reduction):
     return _reduce(g, loss, reduction)
 
 
+def _adaptive_avg_pool(g, input, output_size):
+    sizes = sh._maybe_get_const(output_size, "is")
+    if not isinstance(sizes, (list, tuple)):
+        sizes = [sizes]
+    sizes = [-1 if s is None else int(s) for s in sizes]
+    if all(s == 1 for s in sizes):
+        return g.op("GlobalAveragePool", input)
+    # torch's own symbolic needs a static input size; every dim is dynamic here.
+    return g.op(f"{DOMAIN}::AdaptiveAveragePool", input, output_size_i=sizes)
+
+
 _SYMBOLICS = {
     "aten::mse_loss": _mse_loss,
     "aten::l1_loss": _l1_loss,
     "aten::cross_entropy_loss": _cross_entropy,
     "aten::binary_cross_entropy_with_logits": _bce_with_logits,
+    "aten::adaptive_avg_pool1d": _adaptive_avg_pool,
+    "aten::adaptive_avg_pool2d": _adaptive_avg_pool,
+    "aten::adaptive_avg_pool3d": _adaptive_avg_pool,
 }
 
 

@@ -7,6 +7,7 @@
 #include "bindings/dlpack_convert.h"
 #include "core/logging.h"
 #include "onnx/model_io.h"
+#include "optim/fused_step.h"
 #include "ops/registry.h"
 #include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
@@ -132,6 +133,21 @@ class PyInferenceSession {
 
 }  // namespace
 
+// Optimizer steps take raw float32 data pointers (tensor.data_ptr()) from the Python wrappers,
+// which check dtype, device and layout: DLPack per tensor would cost more than the step itself.
+template <typename T>
+std::vector<T*> as_pointers(const std::vector<uintptr_t>& addresses) {
+  std::vector<T*> out;
+  out.reserve(addresses.size());
+  for (uintptr_t a : addresses) out.push_back(reinterpret_cast<T*>(a));
+  return out;
+}
+
+TensorList tensor_list(const std::vector<uintptr_t>& params, const std::vector<uintptr_t>& grads,
+                       std::vector<int64_t> numel) {
+  return TensorList{as_pointers<float>(params), as_pointers<const float>(grads), std::move(numel)};
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "onnxtrain C++ engine";
   static py::exception<Error> engine_error(m, "EngineError", PyExc_RuntimeError);
@@ -160,6 +176,27 @@ PYBIND11_MODULE(_C, m) {
   m.def("profiler_start", [](const std::string& path) { Profiler::instance().start(path); });
   m.def("profiler_stop", [] { return Profiler::instance().stop(); });
   m.def("profiler_enabled", [] { return Profiler::instance().enabled(); });
+  m.def("sgd_step", [](const std::vector<uintptr_t>& params, const std::vector<uintptr_t>& grads,
+                       const std::vector<int64_t>& numel, const std::vector<uintptr_t>& bufs,
+                       const std::vector<uint8_t>& first_step, double lr, double momentum, double dampening,
+                       double weight_decay, bool nesterov, bool maximize) {
+    TensorList t = tensor_list(params, grads, numel);
+    std::vector<float*> b = as_pointers<float>(bufs);
+    py::gil_scoped_release nogil;
+    sgd_step(ThreadPool::global(), t, b, first_step, {lr, momentum, dampening, weight_decay, nesterov, maximize});
+  });
+  m.def("adam_step", [](const std::vector<uintptr_t>& params, const std::vector<uintptr_t>& grads,
+                        const std::vector<int64_t>& numel, const std::vector<uintptr_t>& exp_avg,
+                        const std::vector<uintptr_t>& exp_avg_sq, const std::vector<uintptr_t>& max_exp_avg_sq,
+                        const std::vector<double>& steps, double lr, double beta1, double beta2, double eps,
+                        double weight_decay, bool amsgrad, bool maximize, bool decoupled) {
+    TensorList t = tensor_list(params, grads, numel);
+    std::vector<float*> m1 = as_pointers<float>(exp_avg), m2 = as_pointers<float>(exp_avg_sq),
+                        mx = as_pointers<float>(max_exp_avg_sq);
+    py::gil_scoped_release nogil;
+    adam_step(ThreadPool::global(), t, m1, m2, mx, steps,
+              {lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled});
+  });
   m.def("set_num_threads", &ThreadPool::set_num_threads);
   m.def("get_num_threads", [] { return ThreadPool::global().num_threads(); });
   m.def("ops_with_kernels", [] { return OpRegistry::instance().ops_with_kernels(); });

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/half.h"
+
 namespace onnxtrain {
 
 std::string TensorShape::str() const {
@@ -61,6 +63,8 @@ std::string Tensor::str() const { return std::string(dtype_name(dtype_)) + shape
 double Tensor::item_as_double(int64_t i) const {
   OT_CHECK(i >= 0 && i < numel(), "element ", i, " out of range for ", str());
   if (dtype_ == DType::Bool) return static_cast<const bool*>(data_)[i] ? 1.0 : 0.0;
+  if (dtype_ == DType::Float16) return half_to_double(static_cast<const Half*>(data_)[i]);
+  if (dtype_ == DType::BFloat16) return bfloat16_to_double(static_cast<const BHalf*>(data_)[i]);
   return dispatch_numeric(dtype_, "item", [&](auto tag) {
     using T = typename decltype(tag)::type;
     return static_cast<double>(static_cast<const T*>(data_)[i]);

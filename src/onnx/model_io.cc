@@ -295,8 +295,10 @@ void infer_shapes(Graph& graph) {
   onnx::ModelProto mp;
   fill_model(graph, ModelMeta{}, mp);
   try {
+    // Data propagation stays off: onnx 1.12's segfaults on graphs torch exports (a ReduceProd of a
+    // Shape feeding Range, as in torch.linspace(..., x.numel())), and kernels compute real shapes.
     onnx::shape_inference::InferShapes(mp, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(false, 0, true));
+                                       onnx::ShapeInferenceOptions(false, 0, false));
   } catch (const std::exception& e) {
     // Shapes stay as declared: kernels compute the real shapes at run time anyway.
     log(LogLevel::Verbose, "ONNX shape inference skipped for graph '", graph.name, "': ", e.what());

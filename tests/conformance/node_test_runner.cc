@@ -72,10 +72,10 @@ struct Result {
   std::string detail;
 };
 
-// The test data stores bfloat16 inputs as uint16 arrays (numpy has no bfloat16).
-Tensor as_declared(Tensor t, const Graph& g, size_t input) {
-  if (input >= g.inputs.size() || t.dtype() != DType::UInt16) return t;
-  const ValueInfo* vi = g.info(g.inputs[input]);
+// The test data stores bfloat16 tensors as uint16 arrays (numpy has no bfloat16).
+Tensor as_declared(Tensor t, const Graph& g, const std::string& value) {
+  if (t.dtype() != DType::UInt16) return t;
+  const ValueInfo* vi = g.info(value);
   if (vi && vi->dtype == DType::BFloat16) return Tensor(DType::BFloat16, t.shape(), t.raw_data(), t.holder());
   return t;
 }
@@ -104,9 +104,11 @@ Result run_test(const std::string& dir) {
     for (const auto& set : sets) {
       std::vector<Tensor> inputs, expected;
       for (size_t i = 0; exists(str_cat(dir, "/", set, "/input_", i, ".pb")); ++i)
-        inputs.push_back(as_declared(load_tensor_proto(read_file(str_cat(dir, "/", set, "/input_", i, ".pb"))), g, i));
+        inputs.push_back(as_declared(load_tensor_proto(read_file(str_cat(dir, "/", set, "/input_", i, ".pb"))), g,
+                                     i < g.inputs.size() ? g.inputs[i] : ""));
       for (size_t i = 0; exists(str_cat(dir, "/", set, "/output_", i, ".pb")); ++i)
-        expected.push_back(load_tensor_proto(read_file(str_cat(dir, "/", set, "/output_", i, ".pb"))));
+        expected.push_back(as_declared(load_tensor_proto(read_file(str_cat(dir, "/", set, "/output_", i, ".pb"))), g,
+                                       i < g.outputs.size() ? g.outputs[i] : ""));
       std::vector<Tensor> outputs = session.run(inputs, 0);
       if (outputs.size() != expected.size())
         return {Result::Fail, str_cat(set, ": ", outputs.size(), " outputs, expected ", expected.size())};

@@ -1,5 +1,6 @@
 // Finite-difference cases for src/ops/math: arithmetic with broadcasting, MatMul in every rank
-// combination, Gemm with every transpose and C shape.
+// combination, Gemm with every transpose and C shape, unary functions, Pow, Clip, Min/Max/Mean,
+// and CastLike (src/ops/tensor/cast.cc, owned with the elementwise family).
 #include "tests/cpp/gradient_check.h"
 
 namespace onnxtrain::testing {
@@ -61,7 +62,103 @@ std::vector<GradCase> cases() {
   return c;
 }
 
+// Unary functions, inputs inside each domain and away from its edges (and from 0 for Abs).
+std::vector<GradCase> unary_cases() {
+  struct U {
+    const char* op;
+    double lo, hi, min_abs;
+  };
+  const U ops[] = {{"Abs", -2, 2, 0.1},     {"Exp", -3, 3, 0},        {"Log", 0.2, 3, 0},      {"Sqrt", 0.2, 3, 0},
+                   {"Reciprocal", -2, 2, 0.3}, {"Erf", -2.5, 2.5, 0}, {"Sin", -3, 3, 0},       {"Cos", -3, 3, 0},
+                   {"Tan", -1.3, 1.3, 0},   {"Asin", -0.9, 0.9, 0},   {"Acos", -0.9, 0.9, 0},  {"Atan", -3, 3, 0},
+                   {"Sinh", -2, 2, 0},      {"Cosh", -2, 2, 0},       {"Asinh", -3, 3, 0},     {"Acosh", 1.2, 3, 0},
+                   {"Atanh", -0.9, 0.9, 0}};
+  std::vector<GradCase> c;
+  uint64_t seed = 100;
+  for (const U& u : ops) {
+    c.push_back({std::string(u.op), u.op, "", {}, {random_tensor(F64, {3, 4}, seed++, u.lo, u.hi, u.min_abs)}});
+    c.push_back({std::string(u.op) + "_odd_shape", u.op, "", {},
+                 {random_tensor(F64, {2, 1, 5}, seed++, u.lo, u.hi, u.min_abs)}});
+  }
+  return c;
+}
+
+std::vector<GradCase> pow_clip_minmax_cases() {
+  std::vector<GradCase> c;
+  // Positive bases, so that the exponent's gradient (log x) exists.
+  c.push_back({"Pow_same_shape", "Pow", "", {}, {r({2, 3}, 200, 0.3, 2), r({2, 3}, 201, -2, 2)}});
+  c.push_back({"Pow_broadcast_exponent", "Pow", "", {}, {r({2, 3}, 202, 0.3, 2), r({3}, 203, -2, 2)}});
+  c.push_back({"Pow_broadcast_base", "Pow", "", {}, {r({3, 1}, 204, 0.3, 2), r({2, 1, 4}, 205, -2, 2)}});
+  c.push_back({"Pow_scalar_exponent", "Pow", "", {}, {r({3, 4}, 206, 0.3, 2), r({}, 207, 1, 3)}});
+  // Negative bases with the constant exponents of x^2 and x^3: only the base is differentiable.
+  const std::pair<double, const char*> exponents[] = {{2.0, "2"}, {3.0, "3"}, {0.5, "half"}, {-1.0, "minus1"}};
+  for (const auto& [e, tag] : exponents) {
+    Tensor exponent = Tensor::scalar<double>(e);
+    Tensor base = e == 0.5 ? r({2, 5}, 208, 0.3, 2) : random_tensor(F64, {2, 5}, 208, -2, 2, 0.2);
+    GradCase g{std::string("Pow_constant_exponent_") + tag, "Pow", "", {}, {base, exponent}};
+    g.differentiable = {true, false};
+    c.push_back(g);
+  }
+  GradCase int_exp{"Pow_int64_exponent", "Pow", "", {}, {r({2, 3}, 209), int64_tensor({3}, {})}};
+  c.push_back(int_exp);
+
+  // Clip: inputs stay clear of the bounds (random values land within 1e-6 of them with
+  // negligible probability); the bounds themselves are not differentiable in ONNX.
+  auto clip = [&](std::string name, std::vector<Tensor> in) {
+    GradCase g{std::move(name), "Clip", "", {}, std::move(in)};
+    g.differentiable = {true, false, false};
+    c.push_back(g);
+  };
+  clip("Clip_both_bounds", {r({3, 4}, 210), Tensor::scalar<double>(-0.4), Tensor::scalar<double>(0.5)});
+  clip("Clip_max_only", {r({3, 4}, 211), Tensor(), Tensor::scalar<double>(0.3)});
+  clip("Clip_min_only", {r({3, 4}, 212), Tensor::scalar<double>(-0.2)});
+  clip("Clip_no_bounds", {r({5}, 213)});
+
+  for (const char* op : {"Min", "Max"}) {
+    std::string o = op;
+    c.push_back({o + "_same_shape", o, "", {}, {r({2, 3}, 220), r({2, 3}, 221)}});
+    c.push_back({o + "_broadcast", o, "", {}, {r({2, 1, 3}, 222), r({4, 1}, 223)}});
+    c.push_back({o + "_three_inputs", o, "", {}, {r({2, 3}, 224), r({3}, 225), r({2, 1}, 226)}});
+    c.push_back({o + "_single", o, "", {}, {r({4}, 227)}});
+  }
+  c.push_back({"Mean_three_broadcast", "Mean", "", {}, {r({2, 3}, 230), r({3}, 231), r({2, 1}, 232)}});
+  c.push_back({"Mean_two", "Mean", "", {}, {r({3, 2}, 233), r({3, 2}, 234)}});
+  c.push_back({"Mean_single", "Mean", "", {}, {r({4}, 235)}});
+
+  // Dividends land within 1e-6 of a multiple of the divisor with negligible probability.
+  for (int c_style = 0; c_style < 2; ++c_style) {
+    GradCase m{c_style ? "Mod_fmod_broadcast" : "Mod_python_broadcast", "Mod", "", {{"fmod", Attribute::of_int(c_style)}},
+               {r({2, 3}, 236, -3, 3), Tensor::from_vector<double>({0.7, -1.3, 2.1}, {3})}};
+    m.differentiable = {true, false};
+    c.push_back(m);
+  }
+  GradCase mod_to_scalar{"Mod_dividend_broadcast", "Mod", "", {{"fmod", Attribute::of_int(1)}},
+                         {r({3, 1}, 237, -3, 3), Tensor::from_vector<double>({0.7, 0.9}, {2, 1, 1})}};
+  mod_to_scalar.differentiable = {true, false};
+  c.push_back(mod_to_scalar);
+  return c;
+}
+
+std::vector<GradCase> cast_cases() {
+  std::vector<GradCase> c;
+  GradCase same{"CastLike_same_type", "CastLike", "", {}, {r({2, 3}, 240), r({1}, 241)}};
+  same.differentiable = {true, false};
+  c.push_back(same);
+  // float32 input widened to float64: central differences in float32 are only good to about
+  // ulp / eps, so eps and rtol are loosened (1.2e-7 / 1e-3 ~ 1e-4 relative error).
+  GradCase widen{"CastLike_float_to_double", "CastLike", "", {}, {random_tensor(DType::Float32, {2, 3}, 242), r({1}, 243)}};
+  widen.differentiable = {true, false};
+  widen.eps = 1e-3;
+  widen.rtol = 1e-3;
+  widen.atol = 1e-4;
+  c.push_back(widen);
+  return c;
+}
+
 OT_GRAD_CASES(cases());
+OT_GRAD_CASES(unary_cases());
+OT_GRAD_CASES(pow_clip_minmax_cases());
+OT_GRAD_CASES(cast_cases());
 
 }  // namespace
 }  // namespace onnxtrain::testing

@@ -77,3 +77,26 @@ TEST(IrRoundTrip, TopologicalSortRepairsOrder) {
 
 }  // namespace
 }  // namespace onnxtrain
+
+namespace onnxtrain {
+namespace {
+
+// onnx 1.12's shape inference crashes with data propagation on this pattern (Shape -> ReduceProd
+// -> Range), which torch emits for torch.linspace(..., x.numel()); ours must not.
+TEST(IrRoundTrip, ShapeInferenceSurvivesShapeArithmetic) {
+  Graph g;
+  g.inputs = {"x"};
+  g.value_info["x"] = {DType::Float32, std::vector<Dim>{{-1, "n"}, {4, ""}}};
+  g.add_initializer("zero", Tensor::scalar<int64_t>(0));
+  g.add_initializer("one", Tensor::scalar<int64_t>(1));
+  g.add_node({"shape", "Shape", "", {"x"}, {"s"}, {}});
+  g.add_node({"prod", "ReduceProd", "", {"s"}, {"p"}, {{"keepdims", Attribute::of_int(0)}}});
+  g.add_node({"range", "Range", "", {"zero", "p", "one"}, {"r"}, {}});
+  g.outputs = {"r"};
+  infer_shapes(g);
+  ASSERT_NE(g.info("r"), nullptr);
+  EXPECT_EQ(g.info("r")->dtype, DType::Int64);
+}
+
+}  // namespace
+}  // namespace onnxtrain

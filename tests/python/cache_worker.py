@@ -6,7 +6,7 @@ import sys
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+sys.path.insert(0, os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(os.path.dirname(__file__), "..", "..", "python")))
 import onnxtrain  # noqa: E402
 import onnxtrain._export  # noqa: E402
 

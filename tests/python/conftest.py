@@ -4,7 +4,8 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+# ONNXTRAIN_PYTHONPATH points the tests at another build of the package (a private build dir).
+sys.path.insert(0, os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(os.path.dirname(__file__), "..", "..", "python")))
 
 RTOL, ATOL = 1e-4, 1e-5
 

@@ -52,9 +52,9 @@ CASES = {
     "scatter": lambda h: torch.zeros(4, 6).scatter(1, IDX[:, :2], h[:, :2]) + h.scatter(1, IDX[:, 2:], 0.0),
     "index_put": lambda h: h.index_put((torch.tensor([0, 2]), torch.tensor([1, 3])), torch.tensor([5.0, -1.0])),
     "einsum": lambda h: torch.einsum("ij,kj->ik", h, h) + torch.einsum("ij->j", h).sum(),
-    "matmul_broadcast": lambda h: torch.matmul(h.reshape(2, 2, 1, 6), h.reshape(4, 6, 1)).squeeze(-1),
+    "matmul_broadcast": lambda h: torch.matmul(h.reshape(2, 1, 2, 6), h.reshape(2, 6, 2)),
     "arange_and_shape_math": lambda h: h * torch.arange(h.shape[1]).to(h.dtype) / h.size(0),
-    "transpose_permute_flatten": lambda h: h.reshape(2, 2, 6).permute(2, 0, 1).flatten(1) @ h[:2].t(),
+    "transpose_permute_flatten": lambda h: h.reshape(2, 2, 6).permute(2, 0, 1).flatten(1) @ h[:, :2],
     "softmax_max_reduction": lambda h: torch.softmax(h, 0).max(1)[0],
 }
 

@@ -3,6 +3,7 @@
 
 #include "autodiff/grad_builder.h"
 #include "ops/common/broadcast.h"
+#include "ops/common/reduce.h"
 #include "ops/registry.h"
 #include "runtime/blas.h"
 #include "runtime/thread_pool.h"
@@ -116,76 +117,124 @@ class FusedMatMulKernel final : public Kernel {
   float alpha_;
 };
 
-int declared_rank(GradBuilder& g, int input) {
-  const ValueInfo* vi = g.info(g.input(input));
-  OT_CHECK(vi && vi->shape, g.node().describe(), ": the rank of input '", g.input(input),
-           "' is unknown, so its gradient cannot be built");
-  return static_cast<int>(vi->shape->size());
+// Operand shapes with numpy.matmul's 1-D promotion applied, and dY's shape to match.
+struct PromotedShapes {
+  TensorShape a, b, dy;
+};
+
+PromotedShapes promote(TensorShape a, TensorShape b, TensorShape dy) {
+  OT_CHECK(a.rank() >= 1 && b.rank() >= 1, "operands must have rank >= 1, got ", a.str(), " and ", b.str());
+  if (a.rank() == 1) {
+    a.insert(0, 1);
+    dy.insert(dy.rank() - (b.rank() == 1 ? 0 : 1), 1);
+  }
+  if (b.rank() == 1) {
+    b.push_back(1);
+    dy.push_back(1);
+  }
+  return {a, b, dy};
 }
 
-std::string fused(GradBuilder& g, const std::string& a, const std::string& b, bool ta, bool tb, float alpha = 1.0f) {
-  AttributeMap attrs{{"transA", Attribute::of_int(ta)}, {"transB", Attribute::of_int(tb)}};
-  if (alpha != 1.0f) attrs["alpha"] = Attribute::of_float(alpha);
-  return g.op("FusedMatMul", {a, b}, attrs, kOnnxTrainDomain);
+// Writes `full` (a gradient with broadcast batch dims) into `out`, summing the batch dims the
+// operand was broadcast along.
+template <typename T>
+void sum_batch_into(ThreadPool& pool, const T* full, const TensorShape& full_shape, const TensorShape& operand,
+                    T* out) {
+  std::vector<bool> axes = axes_to_reduce_to(full_shape, operand, "MatMul gradient");
+  reduce_sum<T>(pool, full, full_shape, axes, out);
 }
 
-// Shared by MatMul (trans = false, alpha = 1) and FusedMatMul. With C = alpha op(A) op(B):
-// d op(A) = alpha dC op(B)^T and d op(B) = alpha op(A)^T dC, transposed back where op transposed.
-void matmul_gradient_impl(GradBuilder& g, bool ta, bool tb, float alpha) {
+// MatMulGradA(dY, B, shape(A)) and MatMulGradB(dY, A, shape(B)) for C = alpha op(A) @ op(B):
+//   d op(A) = alpha dY op(B)^T,  d op(B) = alpha op(A)^T dY,
+// transposed back where op transposed, then summed over the batch dims the operand was broadcast
+// along. Ranks are read at run time, so the rule needs no static shapes.
+class MatMulGradKernel final : public Kernel {
+ public:
+  MatMulGradKernel(const KernelInfo& info, bool for_a)
+      : for_a_(for_a),
+        trans_a_(info.node.attr_int("transA", 0) != 0),
+        trans_b_(info.node.attr_int("transB", 0) != 0),
+        alpha_(info.node.attr_float("alpha", 1.0f)) {}
+
+  void compute(KernelContext& ctx) const override {
+    const Tensor& dy = ctx.input(0);
+    const Tensor& other = ctx.input(1);  // B for dA, A for dB
+    const TensorShape target(ctx.input(2).to_int64_vector());
+    const TensorShape& a_shape = for_a_ ? target : other.shape();
+    const TensorShape& b_shape = for_a_ ? other.shape() : target;
+    const PromotedShapes p = promote(a_shape, b_shape, dy.shape());
+    const Tensor dyp = dy.view(p.dy);
+    const Tensor op = other.view(for_a_ ? p.b : p.a);
+    const TensorShape& mine = for_a_ ? p.a : p.b;  // the gradient's promoted shape
+    Tensor& out = ctx.allocate_output(0, dy.dtype(), target);
+    // The product that yields this operand's gradient, in its stored layout.
+    const Tensor* x = nullptr;
+    const Tensor* y = nullptr;
+    bool tx = false, ty = false;
+    if (for_a_) {
+      if (trans_a_) { x = &op; y = &dyp; tx = trans_b_; ty = true; }
+      else { x = &dyp; y = &op; tx = false; ty = !trans_b_; }
+    } else {
+      if (trans_b_) { x = &dyp; y = &op; tx = true; ty = trans_a_; }
+      else { x = &op; y = &dyp; tx = !trans_a_; ty = false; }
+    }
+    const TensorShape full = matmul_shape(x->shape(), y->shape(), tx, ty, "MatMul gradient");
+    if (full.numel() == mine.numel() && full.rank() == mine.rank()) {
+      Tensor view = out.view(full);
+      matmul(ctx.threads(), *x, *y, tx, ty, alpha_, view);
+      return;
+    }
+    if (try_flattened(ctx, *x, *y, tx, ty, mine, out)) return;
+    dispatch_float(dy.dtype(), "MatMul gradient", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Tensor scratch(dy.dtype(), full, ctx.scratch(static_cast<size_t>(full.numel()) * sizeof(T)));
+      matmul(ctx.threads(), *x, *y, tx, ty, alpha_, scratch);
+      sum_batch_into<T>(ctx.threads(), scratch.data<T>(), full, mine, out.data<T>());
+    });
+  }
+
+ private:
+  // A 2-D operand's gradient summed over a stack of matrices, [S..., R, P]^T @ [S..., R, Q]: one
+  // GEMM with the stack folded into R (the weight gradient of a Linear on 3-D input).
+  bool try_flattened(KernelContext& ctx, const Tensor& x, const Tensor& y, bool tx, bool ty, const TensorShape& mine,
+                     Tensor& out) const {
+    if (mine.rank() != 2 || !tx || ty || x.rank() < 3 || x.rank() != y.rank()) return false;
+    for (int d = 0; d + 2 < x.rank(); ++d)
+      if (x.dim(d) != y.dim(d)) return false;
+    const int64_t rows = x.shape().size_between(0, x.rank() - 1);
+    const int64_t p = x.shape().back(), q = y.shape().back();
+    Tensor x2 = x.view({rows, p}), y2 = y.view({rows, q}), o2 = out.view({p, q});
+    matmul(ctx.threads(), x2, y2, true, false, alpha_, o2);
+    return true;
+  }
+
+  bool for_a_;
+  bool trans_a_, trans_b_;
+  float alpha_;
+};
+
+void matmul_gradient(GradBuilder& g) {
+  AttributeMap attrs;
+  for (const char* key : {"transA", "transB", "alpha"})
+    if (g.node().has_attr(key)) attrs[key] = g.node().attrs.at(key);
   const std::string& dy = g.output_grad(0);
-  const std::string& a = g.input(0);
-  const std::string& b = g.input(1);
-  const int ra = declared_rank(g, 0), rb = declared_rank(g, 1);
-  if (ra >= 2 && rb >= 2) {
-    if (g.needs_input_grad(0)) {
-      std::string da = ta ? fused(g, b, dy, tb, true, alpha) : fused(g, dy, b, false, !tb, alpha);
-      g.set_input_grad(0, g.reduce_to_input_shape(da, 0));
-    }
-    if (g.needs_input_grad(1)) {
-      std::string db = tb ? fused(g, dy, a, true, ta, alpha) : fused(g, a, dy, !ta, false, alpha);
-      g.set_input_grad(1, g.reduce_to_input_shape(db, 1));
-    }
-    return;
-  }
-  auto unsqueeze = [&](const std::string& v, int64_t axis) { return g.op("Unsqueeze", {v, g.int64s({axis})}); };
-  auto squeeze = [&](const std::string& v, int64_t axis) { return g.op("Squeeze", {v, g.int64s({axis})}); };
-  auto scaled = [&](const std::string& v) { return alpha == 1.0f ? v : g.op("Mul", {v, g.scalar_like(alpha, v)}); };
-  if (ra == 1 && rb == 1) {  // dot product
-    if (g.needs_input_grad(0)) g.set_input_grad(0, scaled(g.op("Mul", {dy, b})));
-    if (g.needs_input_grad(1)) g.set_input_grad(1, scaled(g.op("Mul", {dy, a})));
-  } else if (ra == 1) {  // [K] @ op(B)[..., K, N] -> [..., N]
-    std::string dy_col = unsqueeze(dy, -1);
-    if (g.needs_input_grad(0))
-      g.set_input_grad(0, g.reduce_to_input_shape(squeeze(fused(g, b, dy_col, tb, false, alpha), -1), 0));
-    if (g.needs_input_grad(1)) {
-      std::string a_col = unsqueeze(a, 1), dy_row = unsqueeze(dy, -2);
-      std::string db = tb ? fused(g, dy_row, a_col, true, true, alpha) : fused(g, a_col, dy_row, false, false, alpha);
-      g.set_input_grad(1, g.reduce_to_input_shape(db, 1));
-    }
-  } else {  // op(A)[..., M, K] @ [K] -> [..., M]
-    std::string dy_col = unsqueeze(dy, -1);
-    if (g.needs_input_grad(0)) {
-      std::string b_row = unsqueeze(b, 0);
-      std::string da = ta ? fused(g, b_row, dy_col, true, true, alpha) : fused(g, dy_col, b_row, false, false, alpha);
-      g.set_input_grad(0, g.reduce_to_input_shape(da, 0));
-    }
-    if (g.needs_input_grad(1))
-      g.set_input_grad(1, g.reduce_to_input_shape(squeeze(fused(g, a, dy_col, !ta, false, alpha), -1), 1));
-  }
-}
-
-void matmul_gradient(GradBuilder& g) { matmul_gradient_impl(g, false, false, 1.0f); }
-
-void fused_matmul_gradient(GradBuilder& g) {
-  const Node& n = g.node();
-  matmul_gradient_impl(g, n.attr_int("transA", 0) != 0, n.attr_int("transB", 0) != 0, n.attr_float("alpha", 1.0f));
+  if (g.needs_input_grad(0))
+    g.set_input_grad(0, g.op("MatMulGradA", {dy, g.input(1), g.shape_of(g.input(0))}, attrs, kOnnxTrainDomain));
+  if (g.needs_input_grad(1))
+    g.set_input_grad(1, g.op("MatMulGradB", {dy, g.input(0), g.shape_of(g.input(1))}, attrs, kOnnxTrainDomain));
 }
 
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "MatMul", kernel_factory(&matmul_kernel));
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "FusedMatMul", kernel_factory<FusedMatMulKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MatMulGradA", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
+  return std::make_unique<MatMulGradKernel>(info, true);
+});
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MatMulGradB", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
+  return std::make_unique<MatMulGradKernel>(info, false);
+});
 ONNXTRAIN_GRADIENT("", "MatMul", matmul_gradient);
-ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "FusedMatMul", fused_matmul_gradient);
+ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "FusedMatMul", matmul_gradient);
 
 }  // namespace onnxtrain

@@ -13,11 +13,13 @@ void reduce_sum_to(KernelContext& ctx) {
     ctx.alias_input(0, 0, target);
     return;
   }
-  std::vector<bool> axes = axes_to_reduce_to(x.shape(), target, "ReduceSumTo");
+  const ReduceGroups groups = reduce_groups(x.shape(), axes_to_reduce_to(x.shape(), target, "ReduceSumTo"));
   Tensor& y = ctx.allocate_output(0, x.dtype(), target);
   dispatch_float(x.dtype(), "ReduceSumTo", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    reduce_sum<T>(ctx.threads(), x.data<T>(), x.shape(), axes, y.data<T>());
+    const int64_t extra = reduce_scratch_elems(groups);
+    T* scratch = extra ? static_cast<T*>(ctx.scratch(static_cast<size_t>(extra) * sizeof(T))) : nullptr;
+    reduce_axes(ctx.threads(), x.data<T>(), groups, y.data<T>(), scratch, SumOp<T>{});
   });
 }
 

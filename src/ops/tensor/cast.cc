@@ -1,43 +1,91 @@
-// Cast between numeric and bool types; the gradient casts back to the input's float type.
+// Cast and CastLike between numeric, bool, float16 and bfloat16 types; gradients cast back to the
+// input's float type. String tensors cannot be held by onnxtrain (dtype_from_onnx rejects them).
 #include "autodiff/grad_builder.h"
+#include "core/half.h"
 #include "ops/common/elementwise.h"
 #include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
 
+template <typename T>
+constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BHalf>;
+
+// The 16-bit floats widen exactly to float, so every conversion out of them goes through float,
+// except to double, which must not pass a bfloat16 subnormal through the FPU (DAZ).
 template <typename From, typename To>
 To convert(From v) {
-  if constexpr (std::is_same_v<To, bool>) return v != From(0);
-  else return static_cast<To>(v);
+  if constexpr (std::is_same_v<From, Half>) {
+    if constexpr (std::is_same_v<To, double>) return half_to_double(v);
+    else return convert<float, To>(half_to_float(v));
+  } else if constexpr (std::is_same_v<From, BHalf>) {
+    if constexpr (std::is_same_v<To, double>) return bfloat16_to_double(v);
+    else return convert<float, To>(bfloat16_to_float(v));
+  } else if constexpr (std::is_same_v<To, Half>) {
+    // One rounding: floats narrow directly; integers and bool are exact in double first.
+    if constexpr (std::is_same_v<From, float>) return float_to_half(v);
+    else return double_to_half(static_cast<double>(v));
+  } else if constexpr (std::is_same_v<To, BHalf>) {
+    if constexpr (std::is_same_v<From, float>) return float_to_bfloat16(v);
+    else return double_to_bfloat16(static_cast<double>(v));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+template <typename Fn>
+decltype(auto) dispatch_castable(DType t, const char* what, Fn&& fn) {
+  if (t == DType::Float16) return fn(TypeTag<Half>{});
+  if (t == DType::BFloat16) return fn(TypeTag<BHalf>{});
+  return dispatch_all(t, what, std::forward<Fn>(fn));
+}
+
+void cast_to(KernelContext& ctx, const char* what, DType to) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() == to) {
+    ctx.alias_input(0, 0, x.shape());
+    return;
+  }
+  Tensor& y = ctx.allocate_output(0, to, x.shape());
+  dispatch_castable(x.dtype(), what, [&](auto from_tag) {
+    using From = typename decltype(from_tag)::type;
+    dispatch_castable(to, what, [&](auto to_tag) {
+      using To = typename decltype(to_tag)::type;
+      unary_map(ctx.threads(), x.data<From>(), y.data<To>(), x.numel(), [](From v) { return convert<From, To>(v); });
+    });
+  });
+}
+
+DType parse_to(const KernelInfo& info) {
+  OT_CHECK(info.node.has_attr("to"), "Cast needs the attribute 'to'");
+  const Attribute& a = info.node.attrs.at("to");
+  if (a.kind != Attribute::Kind::String) return dtype_from_onnx(static_cast<int32_t>(a.i));
+  // Cast-1 names the type as a string.
+  static const std::pair<const char*, DType> kNames[] = {
+      {"FLOAT", DType::Float32}, {"UINT8", DType::UInt8},     {"INT8", DType::Int8},     {"UINT16", DType::UInt16},
+      {"INT16", DType::Int16},   {"INT32", DType::Int32},     {"INT64", DType::Int64},   {"BOOL", DType::Bool},
+      {"FLOAT16", DType::Float16}, {"DOUBLE", DType::Float64}, {"UINT32", DType::UInt32}, {"UINT64", DType::UInt64},
+      {"BFLOAT16", DType::BFloat16}};
+  for (const auto& [name, dt] : kNames)
+    if (a.s == name) return dt;
+  throw UnsupportedError(str_cat("Cast: target type '", a.s, "' is not supported"));
 }
 
 class CastKernel final : public Kernel {
  public:
-  explicit CastKernel(const KernelInfo& info) {
-    OT_CHECK(info.node.has_attr("to"), "Cast needs the attribute 'to'");
-    to_ = dtype_from_onnx(static_cast<int32_t>(info.node.attr_int("to", 0)));
-  }
-  void compute(KernelContext& ctx) const override {
-    const Tensor& x = ctx.input(0);
-    if (x.dtype() == to_) {
-      ctx.alias_input(0, 0, x.shape());
-      return;
-    }
-    Tensor& y = ctx.allocate_output(0, to_, x.shape());
-    dispatch_all(x.dtype(), "Cast", [&](auto from_tag) {
-      using From = typename decltype(from_tag)::type;
-      dispatch_all(to_, "Cast", [&](auto to_tag) {
-        using To = typename decltype(to_tag)::type;
-        unary_map(ctx.threads(), x.data<From>(), y.data<To>(), x.numel(), [](From v) { return convert<From, To>(v); });
-      });
-    });
-  }
+  explicit CastKernel(const KernelInfo& info) : to_(parse_to(info)) {}
+  void compute(KernelContext& ctx) const override { cast_to(ctx, "Cast", to_); }
 
  private:
   DType to_;
 };
 
+// CastLike(input, target_type): the target's element type, read at run time like any input.
+void cast_like(KernelContext& ctx) { cast_to(ctx, "CastLike", ctx.input(1).dtype()); }
+
+// Shared by both: the gradient flows back in the input's own type (target_type has none).
 void cast_gradient(GradBuilder& g) {
   DType in = g.dtype_of(g.input(0));
   g.set_input_grad(0, g.op("Cast", {g.output_grad(0)}, {{"to", Attribute::of_int(static_cast<int64_t>(in))}}));
@@ -46,6 +94,8 @@ void cast_gradient(GradBuilder& g) {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Cast", kernel_factory<CastKernel>());
+ONNXTRAIN_KERNEL("", "CastLike", kernel_factory(&cast_like));
 ONNXTRAIN_GRADIENT("", "Cast", cast_gradient);
+ONNXTRAIN_GRADIENT("", "CastLike", cast_gradient);
 
 }  // namespace onnxtrain

@@ -1,0 +1,227 @@
+// BatchNormalization (ONNX opsets 7-15) and ai.onnxtrain::BatchNormTraining (PyTorch's training-mode
+// batch norm, which the front end substitutes for torch's exported training BatchNormalization),
+// with their gradient rules. The fused backward kernel BatchNormGrad is in batch_norm_grad.cc.
+#include "autodiff/grad_builder.h"
+#include "ops/nn/norm_common.h"
+#include "onnx/custom_schema.h"
+#include "ops/registry.h"
+
+namespace onnxtrain {
+namespace {
+
+using norm::ChannelLayout;
+using norm::ScratchCarver;
+
+// Whether a BatchNormalization node normalizes with batch statistics. Since opset 14 the
+// training_mode attribute says so; before, the training form is the one with more than one output.
+bool onnx_bn_training(const Node& n, int opset) {
+  if (opset >= 14) return n.attr_int("training_mode", 0) != 0;
+  for (size_t i = 1; i < n.outputs.size(); ++i)
+    if (!n.outputs[i].empty()) return true;
+  return false;
+}
+
+ChannelLayout bn_layout(const Tensor& x, bool spatial) {
+  OT_CHECK(x.rank() >= 1, "X must have rank >= 1, got ", x.str());
+  ChannelLayout l = norm::channel_layout(x.shape());
+  if (!spatial) {  // opset 7 spatial=0: statistics per activation, i.e. per (C, D1, ..., Dn)
+    l.c *= l.s;
+    l.s = 1;
+  }
+  return l;
+}
+
+enum class Flavor { Onnx, TorchTraining };
+
+class BatchNormKernel final : public Kernel {
+ public:
+  BatchNormKernel(const KernelInfo& info, Flavor flavor)
+      : flavor_(flavor),
+        epsilon_(info.node.attr_float("epsilon", 1e-5f)),
+        momentum_(info.node.attr_float("momentum", 0.9f)) {
+    if (flavor == Flavor::TorchTraining) {
+      training_ = true;
+      return;
+    }
+    if (info.opset < 7)
+      throw UnsupportedError("BatchNormalization before opset 7 (with the is_test attribute) is not supported");
+    training_ = onnx_bn_training(info.node, info.opset);
+    if (info.opset < 9) spatial_ = info.node.attr_int("spatial", 1) != 0;
+    if (info.opset >= 14 && !training_)
+      for (size_t i = 1; i < info.node.outputs.size(); ++i)
+        OT_CHECK(info.node.outputs[i].empty(), "running_mean and running_var outputs are only defined with training_mode=1");
+  }
+
+  void compute(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    dispatch_float(x.dtype(), "BatchNormalization", [&](auto tag) { run<typename decltype(tag)::type>(ctx); });
+  }
+
+ private:
+  template <typename T>
+  void run(KernelContext& ctx) const {
+    const Tensor& x = ctx.input(0);
+    const ChannelLayout l = bn_layout(x, spatial_);
+    const int64_t C = l.c;
+    const size_t bytes = 6 * ScratchCarver::bytes_for<double>(C) + 2 * ScratchCarver::bytes_for<T>(C);
+    ScratchCarver sc(ctx.scratch(bytes), bytes);
+    double* scale = sc.take<double>(C);
+    double* bias = sc.take<double>(C);
+    double* in_mean = sc.take<double>(C);
+    double* in_var = sc.take<double>(C);
+    double* mean = sc.take<double>(C);
+    double* var = sc.take<double>(C);
+    T* a = sc.take<T>(C);
+    T* d = sc.take<T>(C);
+    norm::read_channel_param<T>(ctx.input(1), C, "scale", scale);
+    norm::read_channel_param<T>(ctx.input(2), C, "B", bias);
+    norm::read_channel_param<T>(ctx.input(3), C, flavor_ == Flavor::Onnx ? "input_mean" : "running_mean", in_mean);
+    norm::read_channel_param<T>(ctx.input(4), C, flavor_ == Flavor::Onnx ? "input_var" : "running_var", in_var);
+
+    const int64_t count = l.per_channel();
+    if (training_) {
+      // PyTorch refuses this too ("Expected more than 1 value per channel when training"): the
+      // unbiased variance of its running statistics would divide by zero.
+      if (flavor_ == Flavor::TorchTraining)
+        OT_CHECK(count > 1, "X ", x.str(), " has ", count, " value(s) per channel; training needs more than 1");
+      norm::channel_moments(ctx.threads(), x.data<T>(), l, mean, var);
+    } else {
+      std::copy(in_mean, in_mean + C, mean);
+      std::copy(in_var, in_var + C, var);
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const double inv_std = 1.0 / std::sqrt(var[c] + static_cast<double>(epsilon_));
+      a[c] = static_cast<T>(scale[c] * inv_std);
+      d[c] = static_cast<T>(bias[c] - mean[c] * scale[c] * inv_std);
+    }
+    Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+    norm::channel_affine<T>(ctx.threads(), l, x.data<T>(), nullptr, nullptr, a, nullptr, d, y.data<T>());
+    if (!training_) return;
+
+    // Running statistics: ONNX's convention, running * momentum + batch * (1 - momentum). ONNX
+    // updates the variance with the batch (population) variance; PyTorch with the unbiased one.
+    const double mom = momentum_;
+    const double unbias = flavor_ == Flavor::TorchTraining ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+    auto write = [&](int i, auto value_of) {
+      if (!ctx.output_needed(i)) return;
+      const Tensor& like = ctx.input(i == 1 || i == 3 ? 3 : 4);
+      Tensor& out = ctx.allocate_output(i, x.dtype(), like.shape());
+      T* p = out.data<T>();
+      for (int64_t c = 0; c < C; ++c) p[c] = static_cast<T>(value_of(c));
+    };
+    write(1, [&](int64_t c) { return in_mean[c] * mom + mean[c] * (1 - mom); });
+    write(2, [&](int64_t c) { return in_var[c] * mom + var[c] * unbias * (1 - mom); });
+    if (flavor_ == Flavor::TorchTraining) {
+      write(3, [&](int64_t c) { return mean[c]; });
+      write(4, [&](int64_t c) { return 1.0 / std::sqrt(var[c] + static_cast<double>(epsilon_)); });
+    } else {
+      // Opsets 7-13: saved_mean and saved_var, the batch statistics.
+      write(3, [&](int64_t c) { return mean[c]; });
+      write(4, [&](int64_t c) { return var[c]; });
+    }
+  }
+
+  Flavor flavor_;
+  float epsilon_, momentum_;
+  bool training_ = false;
+  bool spatial_ = true;
+};
+
+std::string zeros_like(GradBuilder& g, const std::string& v) {
+  return g.op("Expand", {g.scalar_like(0.0, v), g.shape_of(v)});
+}
+
+void set_grads(GradBuilder& g, const std::vector<std::string>& grads) {
+  for (int i = 0; i < static_cast<int>(grads.size()); ++i)
+    if (g.needs_input_grad(i)) g.set_input_grad(i, grads[static_cast<size_t>(i)]);
+}
+
+bool has_output(const Node& n, size_t i) { return i < n.outputs.size() && !n.outputs[i].empty(); }
+
+// Both flavors in training mode: dX, dscale, dB from BatchNormGrad; with the batch statistics
+// when the forward kept them (saved_mean, saved_inv_std), else recomputed from X in backward.
+// The running-statistics outputs carry no gradient: ONNX marks them non-differentiable and
+// PyTorch updates its buffers outside autograd. So running mean/var inputs get zeros (they only
+// feed those outputs).
+void training_gradient(GradBuilder& g, bool use_saved) {
+  const Node& n = g.node();
+  AttributeMap attrs{{"epsilon", Attribute::of_float(n.attr_float("epsilon", 1e-5f))},
+                     {"training_mode", Attribute::of_int(1)}};
+  std::vector<std::string> inputs{g.output_grad(0), g.input(0), g.input(1)};
+  if (use_saved) {
+    inputs.push_back(g.output(3));
+    inputs.push_back(g.output(4));
+  }
+  std::vector<std::string> d = g.op_multi("BatchNormGrad", inputs, 3, attrs, kOnnxTrainDomain);
+  for (int i = 3; i < 5; ++i)
+    if (g.needs_input_grad(i)) d.push_back(zeros_like(g, g.input(i)));
+    else d.push_back("");
+  set_grads(g, d);
+}
+
+void batch_norm_gradient(GradBuilder& g) {
+  const Node& n = g.node();
+  if (g.opset() < 9 && n.attr_int("spatial", 1) == 0)
+    throw UnsupportedError("the gradient of BatchNormalization with spatial=0 is not implemented");
+  if (onnx_bn_training(n, g.opset())) {
+    training_gradient(g, false);
+    return;
+  }
+  // Inference mode is an affine map per channel; it is differentiable in every input, mean and
+  // variance included (fine-tuning with frozen statistics uses dscale and dB).
+  AttributeMap attrs{{"epsilon", Attribute::of_float(n.attr_float("epsilon", 1e-5f))},
+                     {"training_mode", Attribute::of_int(0)}};
+  set_grads(g, g.op_multi("BatchNormGrad", {g.output_grad(0), g.input(0), g.input(1), g.input(3), g.input(4)}, 5,
+                          attrs, kOnnxTrainDomain));
+}
+
+void batch_norm_training_gradient(GradBuilder& g) {
+  const Node& n = g.node();
+  training_gradient(g, has_output(n, 3) && has_output(n, 4));
+}
+
+}  // namespace
+
+ONNXTRAIN_KERNEL("", "BatchNormalization", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
+  return std::make_unique<BatchNormKernel>(info, Flavor::Onnx);
+});
+// The front end writes BatchNormTraining into exported graphs: give shape inference its rule.
+onnx::OpSchema batch_norm_training_schema() {
+  onnx::OpSchema schema;
+  schema.SetName("BatchNormTraining")
+      .SetDomain(kOnnxTrainDomain)
+      .SinceVersion(1)
+      .SetDoc("Training-mode batch normalization with PyTorch's semantics (running_var from the unbiased "
+              "variance); outputs Y, the new running statistics and the saved batch statistics.")
+      .Attr("epsilon", "added to the variance", onnx::AttributeProto::FLOAT, 1e-5f)
+      .Attr("momentum", "running = running * momentum + batch * (1 - momentum)", onnx::AttributeProto::FLOAT, 0.9f)
+      .Input(0, "X", "N x C x ...", "T")
+      .Input(1, "scale", "C", "T")
+      .Input(2, "B", "C", "T")
+      .Input(3, "input_mean", "C", "T", onnx::OpSchema::Single, true, 1, onnx::OpSchema::NonDifferentiable)
+      .Input(4, "input_var", "C", "T", onnx::OpSchema::Single, true, 1, onnx::OpSchema::NonDifferentiable)
+      .Output(0, "Y", "like X", "T")
+      .Output(1, "running_mean", "C", "T", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
+      .Output(2, "running_var", "C", "T", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
+      .Output(3, "saved_mean", "C", "T", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
+      .Output(4, "saved_inv_std", "C", "T", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
+      .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "float types")
+      .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) {
+        onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0);
+        onnx::propagateShapeFromInputToOutput(ctx, 0, 0);
+        for (size_t o = 1; o < ctx.getNumOutputs(); ++o) {
+          onnx::propagateElemTypeFromInputToOutput(ctx, 1, o);
+          onnx::propagateShapeFromInputToOutput(ctx, 1, o);
+        }
+      });
+  return schema;
+}
+
+ONNXTRAIN_SCHEMA(batch_norm_training_schema());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BatchNormTraining", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
+  return std::make_unique<BatchNormKernel>(info, Flavor::TorchTraining);
+});
+ONNXTRAIN_GRADIENT("", "BatchNormalization", batch_norm_gradient);
+ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "BatchNormTraining", batch_norm_training_gradient);
+
+}  // namespace onnxtrain

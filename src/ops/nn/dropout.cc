@@ -1,0 +1,185 @@
+// Dropout (opsets 7-13) and ai.onnxtrain::DropoutGrad, which its gradient rule uses.
+//
+// The training-mode mask comes from a counter-based generator: element i is kept iff
+// hash(key, i) < threshold, the key derived from ctx.random_seed() (and the `seed` attribute when
+// given). No generator state is carried from element to element, so every element is independent
+// of the thread split and the loop vectorizes (32-bit multiplies and shifts only).
+#include <cmath>
+#include <cstring>
+
+#include "autodiff/grad_builder.h"
+#include "ops/common/elementwise.h"
+#include "ops/registry.h"
+
+namespace onnxtrain {
+namespace {
+
+// A 32-bit avalanche mix (bijective; every input bit reaches every output bit).
+inline uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+// Two keyed rounds: with one round, two keys would give the same sequence shifted by an offset.
+inline uint32_t mask_bits(uint32_t i, uint32_t k0, uint32_t k1) { return mix32(mix32(i * 0x9E3779B9U + k0) ^ k1); }
+
+// Elements per block: blocks are aligned, so the high half of a 64-bit index is constant in one.
+constexpr int64_t kMaskBlock = 4096;
+
+struct MaskKey {
+  uint32_t k0, k1;
+  uint64_t threshold;  // keep iff bits < threshold; 2^32 keeps everything
+};
+
+// Keep probability threshold / 2^32 is within 2^-33 of 1 - ratio.
+MaskKey mask_key(uint64_t seed, double ratio) {
+  MaskKey k;
+  k.k0 = static_cast<uint32_t>(seed);
+  k.k1 = static_cast<uint32_t>(seed >> 32);
+  k.threshold = static_cast<uint64_t>(std::llround((1.0 - ratio) * 4294967296.0));
+  return k;
+}
+
+// y = x * (keep ? scale : 0) and mask = keep, for elements [b, e) of one aligned block.
+// Multiplying (rather than selecting 0) propagates NaN from dropped elements, as PyTorch does.
+template <typename T, bool kWriteMask>
+void dropout_block(const T* x, T* y, bool* mask, int64_t b, int64_t e, const MaskKey& key, T scale) {
+  const uint32_t hi = static_cast<uint32_t>(static_cast<uint64_t>(b) >> 32);
+  const uint32_t k0 = key.k0, k1 = hi == 0 ? key.k1 : key.k1 ^ mix32(hi + 0x632be5abU);
+  if (key.threshold >= (uint64_t{1} << 32)) {
+    for (int64_t i = b; i < e; ++i) y[i] = x[i] * scale;
+    if (kWriteMask) std::memset(mask + b, 1, static_cast<size_t>(e - b));
+    return;
+  }
+  const uint32_t thr = static_cast<uint32_t>(key.threshold);
+  for (int64_t i = b; i < e; ++i) {
+    const bool keep = mask_bits(static_cast<uint32_t>(i), k0, k1) < thr;
+    y[i] = x[i] * (keep ? scale : T(0));
+    if (kWriteMask) mask[i] = keep;
+  }
+}
+
+class DropoutKernel final : public Kernel {
+ public:
+  explicit DropoutKernel(const KernelInfo& info)
+      : opset_(info.opset),
+        attr_ratio_(info.node.attr_float("ratio", 0.5f)),
+        has_seed_(info.node.has_attr("seed")),
+        seed_(static_cast<uint64_t>(info.node.attr_int("seed", 0))) {}
+
+  void compute(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    // Before opset 12 Dropout has no training switch: in an inference graph it is the identity.
+    bool training = false;
+    double ratio = opset_ < 12 ? attr_ratio_ : 0.5;
+    if (opset_ >= 12) {
+      if (ctx.has_input(1)) {
+        OT_CHECK(ctx.input(1).numel() == 1, "ratio must be a scalar, got ", ctx.input(1).str());
+        ratio = ctx.input(1).item_as_double();
+      }
+      if (ctx.has_input(2)) {
+        const Tensor& t = ctx.input(2);
+        OT_CHECK(t.dtype() == DType::Bool && t.numel() == 1, "training_mode must be a bool scalar, got ", t.str());
+        training = t.data<bool>()[0];
+      }
+    }
+    if (training) OT_CHECK(ratio >= 0 && ratio <= 1, "ratio must be in [0, 1], got ", ratio);
+    const bool want_mask = ctx.output_needed(1);
+    if (!training || ratio == 0) {
+      ctx.alias_input(0, 0, x.shape());
+      if (want_mask) {
+        // Opset 7 types the mask like the data; later opsets make it bool.
+        const DType mt = opset_ < 10 ? x.dtype() : DType::Bool;
+        Tensor& m = ctx.allocate_output(1, mt, x.shape());
+        dispatch_all(mt, "Dropout mask", [&](auto tag) {
+          using M = typename decltype(tag)::type;
+          std::fill(m.data<M>(), m.data<M>() + m.numel(), M(1));
+        });
+      }
+      return;
+    }
+    uint64_t seed = ctx.random_seed();
+    if (has_seed_) seed ^= seed_ * 0xD1B54A32D192ED03ULL;  // the attribute varies the stream, runs still differ
+    const MaskKey key = mask_key(seed, ratio);
+    dispatch_float(x.dtype(), "Dropout", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T scale = ratio >= 1 ? T(0) : static_cast<T>(1.0 / (1.0 - ratio));  // PyTorch: p = 1 gives zeros
+      const T* px = x.data<T>();
+      T* py = ctx.allocate_output(0, x.dtype(), x.shape()).template data<T>();
+      bool* pm = want_mask ? ctx.allocate_output(1, DType::Bool, x.shape()).template data<bool>() : nullptr;
+      const int64_t n = x.numel();
+      const int64_t blocks = (n + kMaskBlock - 1) / kMaskBlock;
+      ctx.threads().parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / kMaskBlock), [&](int64_t b0, int64_t b1) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          const int64_t b = blk * kMaskBlock, e = std::min(n, b + kMaskBlock);
+          if (pm) dropout_block<T, true>(px, py, pm, b, e, key, scale);
+          else dropout_block<T, false>(px, py, nullptr, b, e, key, scale);
+        }
+      });
+    });
+  }
+
+ private:
+  int opset_;
+  float attr_ratio_;
+  bool has_seed_;
+  uint64_t seed_;
+};
+
+// Inputs (dY, mask[, ratio[, training_mode]]): dX = dY * (mask ? 1 / (1 - ratio) : 0) in training
+// mode (the default: a mask only exists for it), dX = dY otherwise or when ratio is 0.
+void dropout_grad(KernelContext& ctx) {
+  const Tensor& dy = ctx.input(0);
+  double ratio = 0.5;
+  if (ctx.has_input(2)) ratio = ctx.input(2).item_as_double();
+  bool training = true;
+  if (ctx.has_input(3)) {
+    const Tensor& t = ctx.input(3);
+    OT_CHECK(t.dtype() == DType::Bool && t.numel() == 1, "training_mode must be a bool scalar, got ", t.str());
+    training = t.data<bool>()[0];
+  }
+  if (!training || ratio == 0) {
+    ctx.alias_input(0, 0, dy.shape());
+    return;
+  }
+  const Tensor& mask = ctx.input(1);
+  OT_CHECK(mask.dtype() == DType::Bool && mask.shape() == dy.shape(), "mask ", mask.str(),
+           " must be bool and shaped like dY ", dy.str());
+  dispatch_float(dy.dtype(), "DropoutGrad", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T scale = ratio >= 1 ? T(0) : static_cast<T>(1.0 / (1.0 - ratio));
+    const T* g = dy.data<T>();
+    // Mask bytes are 0 or 1; read as numbers, since GCC does not vectorize selects on bool loads.
+    const uint8_t* m = reinterpret_cast<const uint8_t*>(mask.data<bool>());
+    T* dx = ctx.allocate_output(0, dy.dtype(), dy.shape()).template data<T>();
+    ctx.threads().parallel_for(dy.numel(), kParallelGrain, [g, m, dx, scale](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dx[i] = g[i] * (static_cast<T>(m[i]) * scale);
+    });
+  });
+}
+
+void dropout_gradient(GradBuilder& g) {
+  const Node& n = g.node();
+  // Without a training_mode input (or before opset 12) Dropout is the identity.
+  if (g.opset() < 12 || !g.has_input(2)) {
+    g.set_input_grad(0, g.output_grad(0));
+    return;
+  }
+  if (n.outputs.size() < 2 || n.outputs[1].empty())
+    throw UnsupportedError(str_cat(n.describe(), ": the gradient of a training-mode Dropout needs its mask output, "
+                                                 "which this node does not produce"));
+  g.set_input_grad(0, g.op("DropoutGrad", {g.output_grad(0), g.output(1), g.has_input(1) ? g.input(1) : "", g.input(2)},
+                           {}, kOnnxTrainDomain));
+}
+
+}  // namespace
+
+ONNXTRAIN_KERNEL("", "Dropout", kernel_factory<DropoutKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "DropoutGrad", kernel_factory(&dropout_grad));
+ONNXTRAIN_GRADIENT("", "Dropout", dropout_gradient);
+
+}  // namespace onnxtrain

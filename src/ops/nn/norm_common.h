@@ -1,0 +1,258 @@
+#pragma once
+// Shared pieces of the normalization kernels (BatchNormalization, LayerNormalization,
+// InstanceNormalization): vectorizable row sums and the N x C x spatial view of a tensor.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "ops/common/elementwise.h"
+#include "runtime/thread_pool.h"
+
+namespace onnxtrain::norm {
+
+// Without -ffast-math the compiler keeps one floating-point accumulator in order and cannot
+// vectorize a sum. Independent lanes it can: kLanes partial sums in T within a block, and block
+// totals in double, so long rows of float32 keep their precision.
+inline constexpr int kLanes = 16;
+inline constexpr int64_t kBlock = 2048;
+
+// Sum of f(i) over [0, n).
+template <typename T, typename F>
+double row_sum(int64_t n, F f) {
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    T acc[kLanes] = {};
+    int64_t i = b;
+    for (; i + kLanes <= e; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) acc[k] += f(i + k);
+    T tail = 0;
+    for (; i < e; ++i) tail += f(i);
+    for (int k = 0; k < kLanes; ++k) tail += acc[k];
+    total += static_cast<double>(tail);
+  }
+  return total;
+}
+
+// Two sums at once over [0, n): sa += fa(i), sb += fb(i), reading the data once.
+template <typename T, typename FA, typename FB>
+void row_sum2(int64_t n, FA fa, FB fb, double& sa, double& sb) {
+  sa = 0;
+  sb = 0;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    T acc_a[kLanes] = {}, acc_b[kLanes] = {};
+    int64_t i = b;
+    for (; i + kLanes <= e; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) {
+        acc_a[k] += fa(i + k);
+        acc_b[k] += fb(i + k);
+      }
+    T ta = 0, tb = 0;
+    for (; i < e; ++i) {
+      ta += fa(i);
+      tb += fb(i);
+    }
+    for (int k = 0; k < kLanes; ++k) {
+      ta += acc_a[k];
+      tb += acc_b[k];
+    }
+    sa += static_cast<double>(ta);
+    sb += static_cast<double>(tb);
+  }
+}
+
+// Mean and sum of squared deviations of x[0, n), two-pass (exact for data far from zero).
+template <typename T>
+void row_moments(const T* x, int64_t n, double& mean, double& sq_dev) {
+  mean = n > 0 ? row_sum<T>(n, [x](int64_t i) { return x[i]; }) / static_cast<double>(n) : 0.0;
+  const T m = static_cast<T>(mean);
+  sq_dev = row_sum<T>(n, [x, m](int64_t i) {
+    const T d = x[i] - m;
+    return d * d;
+  });
+}
+
+// X read as N x C x S: dim 0, dim 1, everything after. A 1-D input of size N has C = 1 (ONNX
+// BatchNormalization allows it).
+struct ChannelLayout {
+  int64_t n = 1, c = 1, s = 1;
+  int64_t per_channel() const { return n * s; }
+};
+
+inline ChannelLayout channel_layout(const TensorShape& x) {
+  ChannelLayout l;
+  if (x.rank() == 0) return l;
+  l.n = x[0];
+  if (x.rank() >= 2) {
+    l.c = x[1];
+    l.s = x.size_between(2, x.rank());
+  }
+  return l;
+}
+
+// Per-channel mean and biased variance of X read as N x C x S, accumulated in double. Channels
+// are independent, so the split over threads does not change the result.
+template <typename T>
+void channel_moments(ThreadPool& pool, const T* x, const ChannelLayout& l, double* mean, double* var) {
+  const int64_t count = l.per_channel();
+  const double inv_count = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
+  if (l.s == 1) {
+    // N x C: sum down the columns, vectorized across channels.
+    pool.parallel_for(l.c, std::max<int64_t>(16, kParallelGrain / std::max<int64_t>(l.n, 1)), [&](int64_t c0, int64_t c1) {
+      const int64_t w = c1 - c0;
+      double* m = mean + c0;
+      double* v = var + c0;
+      for (int64_t j = 0; j < w; ++j) m[j] = v[j] = 0;
+      for (int64_t n = 0; n < l.n; ++n) {
+        const T* row = x + n * l.c + c0;
+        for (int64_t j = 0; j < w; ++j) m[j] += static_cast<double>(row[j]);
+      }
+      for (int64_t j = 0; j < w; ++j) m[j] *= inv_count;
+      for (int64_t n = 0; n < l.n; ++n) {
+        const T* row = x + n * l.c + c0;
+        for (int64_t j = 0; j < w; ++j) {
+          const double d = static_cast<double>(row[j]) - m[j];
+          v[j] += d * d;
+        }
+      }
+      for (int64_t j = 0; j < w; ++j) v[j] *= inv_count;
+    });
+    return;
+  }
+  pool.parallel_for(l.c, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(count, 1)), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double sum = 0;
+      for (int64_t n = 0; n < l.n; ++n) {
+        const T* row = x + (n * l.c + c) * l.s;
+        sum += row_sum<T>(l.s, [row](int64_t i) { return row[i]; });
+      }
+      mean[c] = sum * inv_count;
+      const T m = static_cast<T>(mean[c]);
+      double sq = 0;
+      for (int64_t n = 0; n < l.n; ++n) {
+        const T* row = x + (n * l.c + c) * l.s;
+        sq += row_sum<T>(l.s, [row, m](int64_t i) {
+          const T d = row[i] - m;
+          return d * d;
+        });
+      }
+      var[c] = sq * inv_count;
+    }
+  });
+}
+
+// Per-channel sum(dy) and sum(dy * (x - mean[c])): what every normalization gradient needs.
+template <typename T>
+void channel_grad_sums(ThreadPool& pool, const T* dy, const T* x, const ChannelLayout& l, const double* mean,
+                       double* sum_dy, double* sum_dy_xm) {
+  const int64_t count = l.per_channel();
+  if (l.s == 1) {
+    pool.parallel_for(l.c, std::max<int64_t>(16, kParallelGrain / std::max<int64_t>(l.n, 1)), [&](int64_t c0, int64_t c1) {
+      const int64_t w = c1 - c0;
+      double* a = sum_dy + c0;
+      double* b = sum_dy_xm + c0;
+      const double* m = mean + c0;
+      for (int64_t j = 0; j < w; ++j) a[j] = b[j] = 0;
+      for (int64_t n = 0; n < l.n; ++n) {
+        const T* g = dy + n * l.c + c0;
+        const T* xr = x + n * l.c + c0;
+        for (int64_t j = 0; j < w; ++j) {
+          const double gd = static_cast<double>(g[j]);
+          a[j] += gd;
+          b[j] += gd * (static_cast<double>(xr[j]) - m[j]);
+        }
+      }
+    });
+    return;
+  }
+  pool.parallel_for(l.c, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(count, 1)), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const T m = static_cast<T>(mean[c]);
+      double a = 0, b = 0;
+      for (int64_t n = 0; n < l.n; ++n) {
+        const int64_t base = (n * l.c + c) * l.s;
+        const T* g = dy + base;
+        const T* xr = x + base;
+        double ra, rb;
+        row_sum2<T>(l.s, [g](int64_t i) { return g[i]; }, [g, xr, m](int64_t i) { return g[i] * (xr[i] - m); }, ra, rb);
+        a += ra;
+        b += rb;
+      }
+      sum_dy[c] = a;
+      sum_dy_xm[c] = b;
+    }
+  });
+}
+
+// out = a[c] * u + b[c] * (v - shift[c]) + d[c] elementwise, c the channel; v == nullptr drops the
+// middle term. Subtracting the shift before scaling keeps precision when |mean| >> std.
+template <typename T>
+void channel_affine(ThreadPool& pool, const ChannelLayout& l, const T* u, const T* v, const T* shift, const T* a,
+                    const T* b, const T* d, T* out) {
+  if (l.s == 1) {
+    pool.parallel_for(l.n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(l.c, 1)), [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) {
+        const int64_t base = n * l.c;
+        const T* ur = u + base;
+        T* o = out + base;
+        if (v) {
+          const T* vr = v + base;
+          for (int64_t c = 0; c < l.c; ++c) o[c] = a[c] * ur[c] + b[c] * (vr[c] - shift[c]) + d[c];
+        } else {
+          for (int64_t c = 0; c < l.c; ++c) o[c] = a[c] * ur[c] + d[c];
+        }
+      }
+    });
+    return;
+  }
+  pool.parallel_for(l.n * l.c, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(l.s, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c = r % l.c, base = r * l.s;
+      const T ac = a[c], dc = d[c];
+      const T* ur = u + base;
+      T* o = out + base;
+      if (v) {
+        const T bc = b[c], sc = shift[c];
+        const T* vr = v + base;
+        for (int64_t i = 0; i < l.s; ++i) o[i] = ac * ur[i] + bc * (vr[i] - sc) + dc;
+      } else {
+        for (int64_t i = 0; i < l.s; ++i) o[i] = ac * ur[i] + dc;
+      }
+    }
+  });
+}
+
+// Reads a per-channel parameter as double, checking that it has C elements of X's type.
+template <typename T>
+void read_channel_param(const Tensor& t, int64_t c, const char* name, double* out) {
+  OT_CHECK(t.numel() == c, name, " must have one value per channel (", c, "), got ", t.str());
+  OT_CHECK(t.dtype() == DTypeOf<T>::value, name, " has element type ", dtype_name(t.dtype()), ", X has ",
+           dtype_name(DTypeOf<T>::value), "; mixed element types are not supported");
+  const T* p = t.data<T>();
+  for (int64_t i = 0; i < c; ++i) out[i] = static_cast<double>(p[i]);
+}
+
+// Carves 64-byte aligned pieces out of one scratch block (a kernel gets one per call).
+class ScratchCarver {
+ public:
+  ScratchCarver(void* base, size_t total) : base_(static_cast<uint8_t*>(base)), total_(total) {}
+  template <typename T>
+  static size_t bytes_for(int64_t count) {
+    return (static_cast<size_t>(count) * sizeof(T) + 63) / 64 * 64;
+  }
+  template <typename T>
+  T* take(int64_t count) {
+    T* p = reinterpret_cast<T*>(base_ + used_);
+    used_ += bytes_for<T>(count);
+    OT_CHECK(used_ <= total_, "internal: scratch overrun");
+    return p;
+  }
+
+ private:
+  uint8_t* base_;
+  size_t total_, used_ = 0;
+};
+
+}  // namespace onnxtrain::norm
