@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include "core/buffer_cache.h"
+
 #include <cstdlib>
 #include <sstream>
 
@@ -21,13 +23,7 @@ int normalize_axis(int64_t axis, int rank, const char* what) {
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
 
-std::shared_ptr<void> allocate_aligned(size_t bytes) {
-  constexpr size_t kAlign = 64;
-  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
-  OT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-}
+std::shared_ptr<void> allocate_aligned(size_t bytes) { return allocate_buffer(bytes); }
 
 Tensor Tensor::empty(DType dtype, const TensorShape& shape) {
   size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);

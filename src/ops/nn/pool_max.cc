@@ -12,25 +12,34 @@
 
 #include "autodiff/grad_builder.h"
 #include "ops/nn/conv_common.h"
+#include "ops/nn/pool_max_2x2_simd.h"
 #include "ops/registry.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
 namespace {
 
+// Whether v replaces best as a window's maximum: strictly greater, or NaN. Written as integer
+// flags so that even the scalar code (rows shorter than a vector) has no branches: with random
+// data a compare-and-branch mispredicts half the time, which made pooling 5x slower.
 template <typename T>
-bool takes_over(T v, T best) {
+int takes_over(T v, T best) {
   if constexpr (std::is_floating_point_v<T>) {
-    // Quiet compares joined by `|`: no branch and no trap, so the loops below vectorize.
-    return __builtin_isgreater(v, best) | __builtin_isunordered(v, v);
+    return static_cast<int>(v > best) | static_cast<int>(v != v);
   } else {
-    return v > best;
+    return static_cast<int>(v > best);
   }
 }
 
+// max(best, v) with NaN winning: maxss, then a conditional move for NaN.
 template <typename T>
 T pick(T best, T v) {
-  return takes_over(v, best) ? v : best;
+  const T m = v > best ? v : best;
+  if constexpr (std::is_floating_point_v<T>) {
+    return v != v ? v : m;
+  } else {
+    return m;
+  }
 }
 
 // MaxPool2d(2) with whole windows, the pooling of most CNNs: branch-free loops over a row of
@@ -48,31 +57,37 @@ void max_pool_2x2_plane(const ConvGeometry& g, const T* x, T* y) {
     const T* a = x + 2 * oh * IW;
     const T* b = a + IW;
     T* yo = y + oh * OW;
+    if constexpr (std::is_same_v<T, float> && pool_simd::kAvailable) {
+      pool_simd::forward_row(a, b, yo, OW);
+      continue;
+    }
     for (int64_t ow = 0; ow < OW; ++ow)
       yo[ow] = pick(pick(pick(a[2 * ow], a[2 * ow + 1]), b[2 * ow]), b[2 * ow + 1]);
   }
 }
 
-// One row of windows: rows a, b of X, their gradient rows da, db (distinct memory).
+// One row of windows: rows a, b of X, their gradient rows da, db (distinct memory). The winner
+// of each window is found with integer selects (no branches), then dY goes to its position.
 template <typename T>
 void max_pool_2x2_grad_row(const T* __restrict a, const T* __restrict b, const T* __restrict dy, T* __restrict da,
                            T* __restrict db, int64_t OW) {
   for (int64_t ow = 0; ow < OW; ++ow) {
     const T p = a[2 * ow], q = a[2 * ow + 1], r = b[2 * ow], s = b[2 * ow + 1];
-    const T z = 0, v = dy[ow];
-    const bool c1 = takes_over(q, p);
-    const T m1 = c1 ? q : p;
-    const bool c2 = takes_over(r, m1);
-    const T m2 = c2 ? r : m1;
-    const bool c3 = takes_over(s, m2);
-    // The last candidate that took over wins: selects only (GCC 12 vectorizes this form).
-    const T w3 = c3 ? v : z, not3 = c3 ? z : v;
-    const T w2 = c2 ? not3 : z, not23 = c2 ? z : not3;
-    const T w1 = c1 ? not23 : z, w0 = c1 ? z : not23;
-    da[2 * ow] = w0;
-    da[2 * ow + 1] = w1;
-    db[2 * ow] = w2;
-    db[2 * ow + 1] = w3;
+    int k = 0;
+    T m = p;
+    int c = takes_over(q, m);
+    k = c ? 1 : k;
+    m = c ? q : m;
+    c = takes_over(r, m);
+    k = c ? 2 : k;
+    m = c ? r : m;
+    c = takes_over(s, m);
+    k = c ? 3 : k;
+    const T v = dy[ow];
+    da[2 * ow] = k == 0 ? v : T(0);
+    da[2 * ow + 1] = k == 1 ? v : T(0);
+    db[2 * ow] = k == 2 ? v : T(0);
+    db[2 * ow + 1] = k == 3 ? v : T(0);
   }
 }
 
@@ -83,6 +98,10 @@ void max_pool_2x2_grad_plane(const ConvGeometry& g, const T* x, const T* dy, T* 
   for (int64_t oh = 0; oh < g.out[1]; ++oh) {
     const T* a = x + 2 * oh * IW;
     T* da = dx + 2 * oh * IW;
+    if constexpr (std::is_same_v<T, float> && pool_simd::kAvailable) {
+      pool_simd::grad_row(a, a + IW, dy + oh * OW, da, da + IW, OW);
+      continue;
+    }
     max_pool_2x2_grad_row(a, a + IW, dy + oh * OW, da, da + IW, OW);
   }
 }

@@ -1,0 +1,95 @@
+#include "core/buffer_cache.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+
+namespace onnxtrain {
+namespace {
+
+constexpr size_t kAlign = 64;
+
+class BufferCache {
+ public:
+  BufferCache() {
+    const char* env = std::getenv("ONNXTRAIN_BUFFER_CACHE_MB");
+    limit_ = (env ? static_cast<size_t>(std::atoll(env)) : 1024) << 20;
+  }
+  ~BufferCache() { release(); }
+
+  void* take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        held_ -= bytes;
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(kAlign, bytes);
+    OT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
+    return p;
+  }
+
+  void give(void* p, size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (held_ + bytes <= limit_) {
+        free_[bytes].push_back(p);
+        held_ += bytes;
+        return;
+      }
+    }
+    std::free(p);
+  }
+
+  size_t held() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return held_;
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& kv : free_)
+      for (void* p : kv.second) std::free(p);
+    free_.clear();
+    held_ = 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t held_ = 0;
+  size_t limit_ = 0;
+};
+
+// Never destroyed: blocks may be returned by PyTorch after static destructors ran.
+BufferCache& cache() {
+  static BufferCache* c = new BufferCache();
+  return *c;
+}
+
+}  // namespace
+
+std::shared_ptr<void> allocate_buffer(size_t bytes) {
+  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (rounded == 0) rounded = kAlign;
+  if (rounded < kCachedBufferMinBytes) {
+    void* p = std::aligned_alloc(kAlign, rounded);
+    OT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
+    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  }
+  void* p = cache().take(rounded);
+  return std::shared_ptr<void>(p, [rounded](void* q) { cache().give(q, rounded); });
+}
+
+size_t cached_buffer_bytes() { return cache().held(); }
+
+void release_cached_buffers() { cache().release(); }
+
+}  // namespace onnxtrain

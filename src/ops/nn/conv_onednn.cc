@@ -1,0 +1,323 @@
+#include "ops/nn/conv_onednn.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ops/kernel.h"
+#include "runtime/openmp.h"
+#include "runtime/thread_pool.h"
+
+namespace onnxtrain {
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+enum class Pass { Forward, BackwardData, BackwardWeights };
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// Everything to run one pass for one batch size: the convolution, its scratchpad, and the
+// reorders between the user's layouts and the convolution's. Built once per geometry.
+struct Plan {
+  bool usable = false;
+  dnnl::primitive conv;
+  memory::desc src_user, wei_user, dst_user, bias_user;
+  memory::desc src, wei, dst, scratchpad;  // as the convolution wants them
+  dnnl::primitive src_reorder, wei_reorder, dst_reorder;  // user -> conv (src, weights, diff_dst)
+  dnnl::primitive dst_out, src_out, wei_out;              // conv -> user (dst, diff_src, diff_weights)
+};
+
+memory::dims dims_of(std::initializer_list<int64_t> lead, const std::array<int64_t, kMaxSpatial>& spatial, int n) {
+  memory::dims d(lead.begin(), lead.end());
+  for (int i = kMaxSpatial - n; i < kMaxSpatial; ++i) d.push_back(spatial[i]);
+  return d;
+}
+
+memory::dims spatial_of(const std::array<int64_t, kMaxSpatial>& v, int n, int64_t minus = 0) {
+  memory::dims d;
+  for (int i = kMaxSpatial - n; i < kMaxSpatial; ++i) d.push_back(v[i] - minus);
+  return d;
+}
+
+memory::desc plain(const memory::dims& d, tag t) { return memory::desc(d, memory::data_type::f32, t); }
+memory::desc any(const memory::dims& d) { return memory::desc(d, memory::data_type::f32, tag::any); }
+
+tag data_tag(int spatial) { return spatial == 1 ? tag::ncw : spatial == 2 ? tag::nchw : tag::ncdhw; }
+tag weight_tag(int spatial, bool grouped) {
+  if (grouped) return spatial == 1 ? tag::goiw : spatial == 2 ? tag::goihw : tag::goidhw;
+  return spatial == 1 ? tag::oiw : spatial == 2 ? tag::oihw : tag::oidhw;
+}
+
+// Only oneDNN's direct JIT kernels beat our im2col; its gemm and reference kernels do not.
+bool is_jit(const std::string& impl) {
+  return impl.find("jit") != std::string::npos && impl.find("gemm") == std::string::npos;
+}
+
+dnnl::primitive reorder_if_needed(const memory::desc& from, const memory::desc& to) {
+  if (from == to) return dnnl::primitive();
+  return dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
+}
+
+Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias) {
+  Plan p;
+  const int n = g.spatial;
+  const bool grouped = g.group > 1;
+  const memory::dims src = dims_of({batch, g.image_channels}, g.in, n);
+  const memory::dims dst = dims_of({batch, g.col_channels}, g.out, n);
+  memory::dims wei = grouped ? dims_of({g.group, g.col_channels / g.group, g.image_channels / g.group}, g.kernel, n)
+                             : dims_of({g.col_channels, g.image_channels}, g.kernel, n);
+  p.src_user = plain(src, data_tag(n));
+  p.dst_user = plain(dst, data_tag(n));
+  p.wei_user = plain(wei, weight_tag(n, grouped));
+  p.bias_user = plain({g.col_channels}, tag::x);
+  const memory::dims strides = spatial_of(g.stride, n), dilates = spatial_of(g.dilation, n, 1);
+  const memory::dims pad_l = spatial_of(g.pad_begin, n), pad_r = spatial_of(g.pad_end, n);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const memory::desc no_bias;
+  dnnl::convolution_forward::primitive_desc fwd(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(src),
+                                      any(wei), bias ? p.bias_user : no_bias, any(dst), strides, dilates, pad_l, pad_r),
+      attr, cpu_engine());
+  std::string impl;
+  if (pass == Pass::Forward) {
+    impl = fwd.impl_info_str();
+    p.src = fwd.src_desc();
+    p.wei = fwd.weights_desc();
+    p.dst = fwd.dst_desc();
+    p.scratchpad = fwd.scratchpad_desc();
+    p.conv = dnnl::convolution_forward(fwd);
+    p.src_reorder = reorder_if_needed(p.src_user, p.src);
+    p.wei_reorder = reorder_if_needed(p.wei_user, p.wei);
+    p.dst_out = reorder_if_needed(p.dst, p.dst_user);
+  } else if (pass == Pass::BackwardData) {
+    dnnl::convolution_backward_data::primitive_desc bwd(
+        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(src), any(wei), any(dst),
+                                              strides, dilates, pad_l, pad_r),
+        attr, cpu_engine(), fwd);
+    impl = bwd.impl_info_str();
+    p.src = bwd.diff_src_desc();
+    p.wei = bwd.weights_desc();
+    p.dst = bwd.diff_dst_desc();
+    p.scratchpad = bwd.scratchpad_desc();
+    p.conv = dnnl::convolution_backward_data(bwd);
+    p.dst_reorder = reorder_if_needed(p.dst_user, p.dst);
+    p.wei_reorder = reorder_if_needed(p.wei_user, p.wei);
+    p.src_out = reorder_if_needed(p.src, p.src_user);
+  } else {
+    dnnl::convolution_backward_weights::primitive_desc bwd(
+        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(src), any(wei), any(dst),
+                                                 strides, dilates, pad_l, pad_r),
+        attr, cpu_engine(), fwd);
+    impl = bwd.impl_info_str();
+    p.src = bwd.src_desc();
+    p.wei = bwd.diff_weights_desc();
+    p.dst = bwd.diff_dst_desc();
+    p.scratchpad = bwd.scratchpad_desc();
+    p.conv = dnnl::convolution_backward_weights(bwd);
+    p.src_reorder = reorder_if_needed(p.src_user, p.src);
+    p.dst_reorder = reorder_if_needed(p.dst_user, p.dst);
+    p.wei_out = reorder_if_needed(p.wei, p.wei_user);
+  }
+  p.usable = is_jit(impl);
+  return p;
+}
+
+// Plans by geometry, pass and batch size: building one JIT-compiles kernels (milliseconds), so it
+// happens once per shape and every later step reuses it.
+const Plan& plan_for(const ConvGeometry& g, Pass pass, int64_t batch, bool bias) {
+  static std::mutex mutex;
+  static std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans;
+  std::vector<int64_t> key{static_cast<int64_t>(pass), batch, bias, g.spatial, g.image_channels, g.col_channels, g.group};
+  for (const auto* v : {&g.in, &g.out, &g.kernel, &g.stride, &g.dilation, &g.pad_begin, &g.pad_end})
+    key.insert(key.end(), v->begin(), v->end());
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = plans[key];
+  if (!slot) {
+    slot = std::make_unique<Plan>();
+    try {
+      *slot = build_plan(g, pass, batch, bias);
+    } catch (const dnnl::error&) {
+      slot->usable = false;  // oneDNN rejects this geometry: the im2col path handles it
+    }
+  }
+  return *slot;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+size_t align(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// Scratch for one chunk: the blocked copies the plan needs, and the convolution's own scratchpad.
+size_t chunk_bytes(const Plan& p, bool weights_per_chunk) {
+  size_t b = align(p.scratchpad.get_size());
+  if (p.src_user != p.src) b += align(p.src.get_size());
+  if (p.dst_user != p.dst) b += align(p.dst.get_size());
+  if (weights_per_chunk) b += align(p.wei.get_size()) + align(p.wei_user.get_size());
+  return b;
+}
+
+struct Chunks {
+  int64_t count, size, last;  // `count` chunks of `size` images; the last one has `last`
+};
+
+Chunks split_batch(ThreadPool& pool, int64_t batch) {
+  const int64_t count = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), batch));
+  const int64_t size = (batch + count - 1) / count;
+  const int64_t used = (batch + size - 1) / size;
+  return {used, size, batch - (used - 1) * size};
+}
+
+void run_reorder(const dnnl::primitive& reorder, dnnl::stream& s, const memory& from, const memory& to) {
+  reorder.execute(s, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+// A memory object over `user` data, or over the chunk's blocked buffer filled from it.
+memory bring_in(const dnnl::primitive& reorder, const memory::desc& user, const memory::desc& want, const float* data,
+                char*& scratch, dnnl::stream& s) {
+  memory user_mem(user, cpu_engine(), const_cast<float*>(data));
+  if (!reorder) return user_mem;
+  memory blocked(want, cpu_engine(), scratch);
+  scratch += align(want.get_size());
+  run_reorder(reorder, s, user_mem, blocked);
+  return blocked;
+}
+
+// A memory object to write into: the user's data, or a blocked buffer reordered out afterwards.
+memory output_buffer(const dnnl::primitive& reorder, const memory::desc& user, const memory::desc& have, float* data,
+                     char*& scratch) {
+  if (!reorder) return memory(user, cpu_engine(), data);
+  memory blocked(have, cpu_engine(), scratch);
+  scratch += align(have.get_size());
+  return blocked;
+}
+
+bool plans_usable(const Plan& a, const Plan& b) { return a.usable && b.usable; }
+
+}  // namespace
+
+bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* w, const float* b,
+                         float* y) {
+  ThreadPool& pool = ctx.threads();
+  const Chunks c = split_batch(pool, g.batch);
+  const Plan& full = plan_for(g, Pass::Forward, c.size, b != nullptr);
+  const Plan& last = plan_for(g, Pass::Forward, c.last, b != nullptr);
+  if (!plans_usable(full, last)) return false;
+  const size_t per_chunk = chunk_bytes(full, false), weights = align(full.wei.get_size());
+  char* base = static_cast<char*>(ctx.scratch(weights + per_chunk * static_cast<size_t>(c.count)));
+  const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
+  SingleThreadedOpenMP one_thread;
+  // Weights are reordered once and shared by every chunk.
+  char* wscratch = base;
+  memory wei = bring_in(full.wei_reorder, full.wei_user, full.wei, w, wscratch, thread_stream());
+  thread_stream().wait();
+  pool.parallel_for(c.count, 1, [&](int64_t c0, int64_t c1) {
+    SingleThreadedOpenMP chunk_thread;
+    dnnl::stream& s = thread_stream();
+    for (int64_t i = c0; i < c1; ++i) {
+      const Plan& p = i + 1 == c.count ? last : full;
+      char* scratch = base + weights + per_chunk * static_cast<size_t>(i);
+      const int64_t n0 = i * c.size;
+      memory src = bring_in(p.src_reorder, p.src_user, p.src, x + n0 * x_step, scratch, s);
+      memory dst = output_buffer(p.dst_out, p.dst_user, p.dst, y + n0 * y_step, scratch);
+      memory pad(p.scratchpad, cpu_engine(), scratch);
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst},
+                                           {DNNL_ARG_SCRATCHPAD, pad}};
+      if (b) args.emplace(DNNL_ARG_BIAS, memory(p.bias_user, cpu_engine(), const_cast<float*>(b)));
+      p.conv.execute(s, args);
+      if (p.dst_out) run_reorder(p.dst_out, s, dst, memory(p.dst_user, cpu_engine(), y + n0 * y_step));
+      s.wait();
+    }
+  });
+  return true;
+}
+
+bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const float* dy, const float* w, float* dx) {
+  ThreadPool& pool = ctx.threads();
+  const Chunks c = split_batch(pool, g.batch);
+  const Plan& full = plan_for(g, Pass::BackwardData, c.size, false);
+  const Plan& last = plan_for(g, Pass::BackwardData, c.last, false);
+  if (!plans_usable(full, last)) return false;
+  const size_t per_chunk = chunk_bytes(full, false), weights = align(full.wei.get_size());
+  char* base = static_cast<char*>(ctx.scratch(weights + per_chunk * static_cast<size_t>(c.count)));
+  const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
+  SingleThreadedOpenMP one_thread;
+  char* wscratch = base;
+  memory wei = bring_in(full.wei_reorder, full.wei_user, full.wei, w, wscratch, thread_stream());
+  thread_stream().wait();
+  pool.parallel_for(c.count, 1, [&](int64_t c0, int64_t c1) {
+    SingleThreadedOpenMP chunk_thread;
+    dnnl::stream& s = thread_stream();
+    for (int64_t i = c0; i < c1; ++i) {
+      const Plan& p = i + 1 == c.count ? last : full;
+      char* scratch = base + weights + per_chunk * static_cast<size_t>(i);
+      const int64_t n0 = i * c.size;
+      memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy + n0 * y_step, scratch, s);
+      memory diff_src = output_buffer(p.src_out, p.src_user, p.src, dx + n0 * x_step, scratch);
+      memory pad(p.scratchpad, cpu_engine(), scratch);
+      p.conv.execute(s, {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, diff_src},
+                         {DNNL_ARG_SCRATCHPAD, pad}});
+      if (p.src_out) run_reorder(p.src_out, s, diff_src, memory(p.src_user, cpu_engine(), dx + n0 * x_step));
+      s.wait();
+    }
+  });
+  return true;
+}
+
+bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* dy,
+                                  float* dw) {
+  ThreadPool& pool = ctx.threads();
+  const Chunks c = split_batch(pool, g.batch);
+  const Plan& full = plan_for(g, Pass::BackwardWeights, c.size, false);
+  const Plan& last = plan_for(g, Pass::BackwardWeights, c.last, false);
+  if (!plans_usable(full, last)) return false;
+  const size_t per_chunk = chunk_bytes(full, true);
+  char* base = static_cast<char*>(ctx.scratch(per_chunk * static_cast<size_t>(c.count)));
+  const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
+  const int64_t wsize = static_cast<int64_t>(full.wei_user.get_size() / sizeof(float));
+  std::vector<float*> partial(static_cast<size_t>(c.count), nullptr);
+  pool.parallel_for(c.count, 1, [&](int64_t c0, int64_t c1) {
+    SingleThreadedOpenMP chunk_thread;
+    dnnl::stream& s = thread_stream();
+    for (int64_t i = c0; i < c1; ++i) {
+      const Plan& p = i + 1 == c.count ? last : full;
+      char* scratch = base + per_chunk * static_cast<size_t>(i);
+      const int64_t n0 = i * c.size;
+      // Chunk 0 writes dW itself; the others write partial sums added below.
+      float* out = dw;
+      if (i > 0) {
+        out = reinterpret_cast<float*>(scratch);
+        scratch += align(p.wei_user.get_size());
+      }
+      partial[static_cast<size_t>(i)] = out;
+      memory src = bring_in(p.src_reorder, p.src_user, p.src, x + n0 * x_step, scratch, s);
+      memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy + n0 * y_step, scratch, s);
+      memory diff_wei = output_buffer(p.wei_out, p.wei_user, p.wei, out, scratch);
+      memory pad(p.scratchpad, cpu_engine(), scratch);
+      p.conv.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_WEIGHTS, diff_wei},
+                         {DNNL_ARG_SCRATCHPAD, pad}});
+      if (p.wei_out) run_reorder(p.wei_out, s, diff_wei, memory(p.wei_user, cpu_engine(), out));
+      s.wait();
+    }
+  });
+  for (int64_t i = 1; i < c.count; ++i) {
+    const float* part = partial[static_cast<size_t>(i)];
+    for (int64_t k = 0; k < wsize; ++k) dw[k] += part[k];
+  }
+  return true;
+}
+
+}  // namespace onnxtrain
