@@ -8,12 +8,13 @@ import inspect
 import os
 import pickle
 
-import onnx
+import importlib.metadata
+
 import torch
 
 from ._logging import logger
 
-FORMAT = 1
+FORMAT = 3
 
 
 def directory():
@@ -40,7 +41,7 @@ def _simple_attributes(module):
 
 def key(module, training, schema, signature):
     h = hashlib.sha256()
-    parts = [FORMAT, torch.__version__, onnx.__version__, training, repr(schema), repr(signature)]
+    parts = [FORMAT, torch.__version__, importlib.metadata.version("onnx"), training, repr(schema), repr(signature)]
     for name, sub in module.named_modules():
         parts += [name, _class_source(type(sub)), _simple_attributes(sub)]
     for name, t in list(module.named_parameters()) + list(module.named_buffers()):

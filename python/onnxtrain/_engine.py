@@ -8,7 +8,6 @@ from torch.utils.dlpack import from_dlpack, to_dlpack
 from . import _C
 from ._logging import logger
 
-_RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli"}
 
 
 def to_capsules(tensors):
@@ -76,19 +75,17 @@ class Graphs:
     forward-only session for no_grad calls."""
 
     def __init__(self, exported, name, training, debug_options, export_seconds):
-        import onnx
-
         self.exported = exported
         self.name = name
         self.training = training
         self.check_finite = debug_options.check_finite
         self.debug_options = debug_options
-        model = onnx.load_from_string(exported.model_bytes)
-        self.input_names = [i.name for i in model.graph.input]
-        self.output_names = [o.name for o in model.graph.output]
-        self.has_randomness = any(n.op_type in _RANDOM_OPS for n in model.graph.node)
+        self.input_names = exported.input_names
+        self.output_names = exported.output_names
+        self.has_randomness = exported.has_randomness
         self._runs = {}
         self._inference = None
+        self.proven = False  # ran once at full size: a failure now is the caller's, not the trace's
         mode = "train" if training else "eval"
         logger.info("onnxtrain: exported %s in %s mode in %.1f ms", name, mode, 1e3 * export_seconds)
         if debug_options.save_onnx:

@@ -1,18 +1,31 @@
 """torch.onnx.export of a module, in training or eval mode, with every dim dynamic."""
 import contextlib
+import gc
 import io
 import os
 import warnings
 
 import torch
 
-from . import _io, _rewrite, _symbolics
+from . import _io, _symbolics
 
 OPSET = 17
+_RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli"}
 
 
 class ExportError(RuntimeError):
     """torch.onnx.export could not export the module."""
+
+
+class BufferUpdates:
+    """Extra graph outputs that carry new buffer values, and the BatchNorm modules they belong to."""
+
+    def __init__(self):
+        self.outputs = []  # (graph output index, buffer path)
+        self.batchnorm_paths = []
+
+    def __bool__(self):
+        return bool(self.outputs)
 
 
 class _FlatModule(torch.nn.Module):
@@ -49,8 +62,12 @@ class Exported:
     """An exported graph and how its inputs and outputs map to the module's."""
 
     def __init__(self, model_bytes, graph_inputs, output_schema, num_user_outputs, buffer_updates,
-                 trace_warnings=(), bakes_scalars=False):
+                 trace_warnings=(), bakes_scalars=False, input_names=(), output_names=(), has_randomness=False):
         self.model_bytes = model_bytes
+        # Names of the graph's inputs and outputs, and whether it draws random numbers (Dropout).
+        self.input_names = list(input_names)
+        self.output_names = list(output_names)
+        self.has_randomness = has_randomness
         # One entry per graph input: ("input", index into the flat user tensors) or
         # ("param", name of a parameter or buffer of the module). Unused inputs are absent.
         self.graph_inputs = graph_inputs
@@ -62,11 +79,97 @@ class Exported:
         # number input was baked into the graph, so that its value must key the export.
         self.trace_warnings = list(trace_warnings)
         self.bakes_scalars = bakes_scalars
+        self.shrunk = False  # traced on a cut-down batch (see trace_inputs)
 
 
-def export(module, tensors, input_schema, training):
-    """Exports `module` called on the inputs described by (tensors, input_schema)."""
-    import onnx  # deferred: only needed here
+# The trace runs the module's forward on the example inputs, so a large batch makes the first
+# step slow for nothing: every dim is exported dynamic. The trace takes this many samples.
+TRACE_BATCH = 2
+
+
+def trace_inputs(tensors):
+    """The example inputs cut to TRACE_BATCH samples when every tensor input shares a leading
+    batch dim larger than that; otherwise the inputs themselves."""
+    leading = {t.shape[0] for t in tensors if t.dim() >= 1}
+    if not tensors or len(leading) != 1 or any(t.dim() == 0 for t in tensors):
+        return tensors, False
+    (batch,) = leading
+    if batch <= TRACE_BATCH:
+        return tensors, False
+    return [t[:TRACE_BATCH] for t in tensors], True
+
+
+def export(module, tensors, input_schema, training, full_trace=False):
+    """Exports in a forked child process when possible: the exporter's own memory (its code and
+    the traced graphs, about 15 MB) then never adds to this process's footprint, and the child's
+    side effects (the trace runs the module's forward) vanish with it. ONNXTRAIN_EXPORT_IN_PROCESS=1
+    exports here instead; so does anything the child cannot send back (a locally defined output
+    class)."""
+    if hasattr(os, "fork") and os.environ.get("ONNXTRAIN_EXPORT_IN_PROCESS", "0") in ("", "0"):
+        result = _export_in_child(module, tensors, input_schema, training, full_trace)
+        if result is not None:
+            return result
+    return _export(module, tensors, input_schema, training, full_trace)
+
+
+def _export_in_child(module, tensors, input_schema, training, full_trace):
+    """Runs _export in a forked child. Returns None when the child could not send its result."""
+    import pickle
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: export, send the pickled outcome, leave without cleanup handlers
+        try:
+            # A collection would write to every object's header, copying the parent's pages one
+            # fault at a time; the child lives for one export, so it never collects.
+            gc.disable()
+            os.close(read_end)
+            torch.set_num_threads(1)  # OpenMP's thread pool does not survive fork
+            try:
+                outcome = ("ok", _export(module, tensors, input_schema, training, full_trace))
+            except ExportError as e:
+                outcome = ("error", str(e))
+            try:
+                data = pickle.dumps(outcome)
+            except Exception:  # noqa: BLE001 - unpicklable output types: the parent exports itself
+                data = pickle.dumps(("unpicklable", None))
+            with os.fdopen(write_end, "wb") as out:
+                out.write(data)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    try:
+        kind, value = pickle.loads(data)
+    except Exception:  # noqa: BLE001 - the child died before answering
+        return None
+    if kind == "error":
+        raise ExportError(value)
+    return value if kind == "ok" else None
+
+
+def _export(module, tensors, input_schema, training, full_trace=False):
+    """Exports `module` called on the inputs described by (tensors, input_schema). The trace first
+    runs on a cut-down batch; it is redone at full size when the user's code made it warn (a
+    branch or a Python number taken from the data, which a smaller batch could change)."""
+    small, shrunk = trace_inputs(tensors)
+    if shrunk and not full_trace:
+        try:
+            exported = _export_once(module, small, input_schema, training)
+        except ExportError:
+            exported = None  # e.g. a shape written for the real batch: the full trace decides
+        if exported is not None and not any(user for _, user in exported.trace_warnings):
+            exported.shrunk = True
+            return exported
+    return _export_once(module, tensors, input_schema, training)
+
+
+def _export_once(module, tensors, input_schema, training):
+    import onnx  # deferred: with the export in a child process, only the child loads it
+
+    from . import _rewrite
 
     flat = _FlatModule(module, input_schema)
     # torch.onnx.export restores the wrapper's mode afterwards, and with it the module's.
@@ -119,4 +222,5 @@ def export(module, tensors, input_schema, training):
     used = {ref for kind, ref in graph_inputs if kind == "input"}
     bakes_scalars = bool(scalars) and (any(user for _, user in trace_warnings) or any(i not in used for i in scalars))
     return Exported(model.SerializeToString(), graph_inputs, flat.output_schema, num_user_outputs, buffer_updates,
-                    trace_warnings, bakes_scalars)
+                    trace_warnings, bakes_scalars, [i.name for i in model.graph.input],
+                    [o.name for o in model.graph.output], any(n.op_type in _RANDOM_OPS for n in model.graph.node))

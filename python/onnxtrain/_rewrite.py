@@ -10,19 +10,10 @@
 import onnx
 import torch
 
+from ._export import BufferUpdates
+
 DOMAIN = "ai.onnxtrain"
 PREFIX = "module."  # graph inputs that are parameters or buffers are named module.<path>
-
-
-class BufferUpdates:
-    """Extra graph outputs that carry new buffer values, and the BatchNorm modules they belong to."""
-
-    def __init__(self):
-        self.outputs = []  # (graph output index, buffer path)
-        self.batchnorm_paths = []
-
-    def __bool__(self):
-        return bool(self.outputs)
 
 
 def _module_path(name, suffix):

@@ -9,7 +9,7 @@ import torch
 from . import _C, _cache, _io, profiler
 from ._autograd import ORTModuleFunction
 from ._engine import Graphs
-from ._export import ExportError, export
+from ._export import TRACE_BATCH, ExportError, export
 from ._logging import apply_log_level, logger
 from ._options import DebugOptions, fallback_enabled
 
@@ -77,16 +77,22 @@ class ORTModule(torch.nn.Module):
             return self._original_module(*args, **kwargs)
         try:
             graphs, params, tensors = self._graphs_for(args, kwargs)
-            feeds = [tensors[ref] if kind == "input" else None for kind, ref in graphs.exported.graph_inputs]
-            param_iter = iter(params.tensors())
-            feeds = [t if t is not None else next(param_iter) for t in feeds]
-            feeds = [t if t.is_contiguous() else t.contiguous() for t in feeds]
+            feeds = self._feeds(graphs, params, tensors)
             self.engine_runs += 1
-            if torch.is_grad_enabled() and any(t.requires_grad for t in feeds):
-                run = graphs.training_run(tuple(t.requires_grad and t.is_floating_point() for t in feeds))
-                outputs = ORTModuleFunction.apply(run, *feeds)
-            else:
-                outputs = graphs.infer(feeds)
+            try:
+                outputs = self._run(graphs, feeds)
+            except _C.EngineError as e:
+                if isinstance(e, _C.UnsupportedError) or not graphs.exported.shrunk or graphs.proven:
+                    raise
+                # The graph traced on a small batch does not hold at full size (a hard-coded shape,
+                # say): export again from the real inputs.
+                logger.info("onnxtrain: the graph traced on %d samples failed at full size (%s); exporting "
+                            "again from the full inputs", TRACE_BATCH, e)
+                del e
+                graphs, params, tensors = self._graphs_for(args, kwargs, full_trace=True)
+                feeds = self._feeds(graphs, params, tensors)
+                outputs = self._run(graphs, feeds)
+            graphs.proven = True
         except _FALLBACK_ERRORS as e:
             reason = str(e)
             del e
@@ -94,13 +100,28 @@ class ORTModule(torch.nn.Module):
         outputs = graphs.apply_buffer_updates(self._original_module, outputs)
         return _io.unflatten_outputs(graphs.exported.output_schema, list(outputs))
 
-    def _graphs_for(self, args, kwargs):
+    @staticmethod
+    def _feeds(graphs, params, tensors):
+        """The graph's inputs in order: the user's tensors and the module's parameters and buffers."""
+        feeds = [tensors[ref] if kind == "input" else None for kind, ref in graphs.exported.graph_inputs]
+        param_iter = iter(params.tensors())
+        feeds = [t if t is not None else next(param_iter) for t in feeds]
+        return [t if t.is_contiguous() else t.contiguous() for t in feeds]
+
+    @staticmethod
+    def _run(graphs, feeds):
+        if torch.is_grad_enabled() and any(t.requires_grad for t in feeds):
+            run = graphs.training_run(tuple(t.requires_grad and t.is_floating_point() for t in feeds))
+            return ORTModuleFunction.apply(run, *feeds)
+        return graphs.infer(feeds)
+
+    def _graphs_for(self, args, kwargs, full_trace=False):
         tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
         training = self._original_module.training
         key = (training, schema, _io.tensor_signature(tensors))
-        entry = self._graphs.get(key)
+        entry = None if full_trace else self._graphs.get(key)
         if entry is None:
-            entry = self._build(key, tensors, schema, training)
+            entry = self._build(key, tensors, schema, training, full_trace)
             if entry[0].exported.bakes_scalars and self._scalars_as_tensors:
                 # The trace turned a Python number into a constant: from now on numbers are part of
                 # the schema, so each value gets its own export, as correctness requires.
@@ -112,19 +133,19 @@ class ORTModule(torch.nn.Module):
         graphs, params = entry
         return graphs, params, tensors
 
-    def _build(self, key, tensors, schema, training):
+    def _build(self, key, tensors, schema, training, full_trace=False):
         name = type(self._original_module).__name__
         start = time.perf_counter()
         cache_key = None
         exported = None
         if _cache.directory():
             cache_key = _cache.key(self._original_module, training, schema, key[2])
-            exported = _cache.load(cache_key)
+            exported = None if full_trace else _cache.load(cache_key)
             if exported is not None:
                 logger.info("onnxtrain: loaded the %s export of %s from the cache", "train" if training else "eval",
                             name)
         if exported is None:
-            exported = export(self._original_module, tensors, schema, training)
+            exported = export(self._original_module, tensors, schema, training, full_trace)
             for message, from_user_code in exported.trace_warnings:
                 logger.log(logging.WARNING if from_user_code else logging.DEBUG,
                            "onnxtrain: exporting %s: the tracer warns that the graph may not generalize: %s",

@@ -1,14 +1,18 @@
 // onnxtrain._C: the engine as seen from Python. Tensors cross as DLPack capsules, without copies;
 // compute runs with the GIL released.
+#include <chrono>
+
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings/dlpack_convert.h"
+#include "core/buffer_cache.h"
 #include "core/logging.h"
 #include "onnx/model_io.h"
 #include "optim/fused_step.h"
 #include "ops/registry.h"
+#include "runtime/blas.h"
 #include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
 #include "session/training_session.h"
@@ -197,6 +201,19 @@ PYBIND11_MODULE(_C, m) {
     adam_step(ThreadPool::global(), t, m1, m2, mx, steps,
               {lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled});
   });
+  m.def("sgemm_gflops", [](int64_t n, int repeats) {
+    // The engine's own float32 GEMM at n x n x n on the current pool: best of `repeats`.
+    std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
+    py::gil_scoped_release nogil;
+    double best = 1e30;
+    for (int r = 0; r < repeats; ++r) {
+      auto start = std::chrono::steady_clock::now();
+      gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, ThreadPool::global());
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
+  }, py::arg("n") = 2048, py::arg("repeats") = 5);
+  m.def("cached_buffer_bytes", &cached_buffer_bytes, "Bytes of freed buffers kept for reuse.");
   m.def("set_num_threads", &ThreadPool::set_num_threads);
   m.def("get_num_threads", [] { return ThreadPool::global().num_threads(); });
   m.def("ops_with_kernels", [] { return OpRegistry::instance().ops_with_kernels(); });

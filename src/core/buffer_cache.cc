@@ -1,5 +1,7 @@
 #include "core/buffer_cache.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -11,6 +13,7 @@ namespace onnxtrain {
 namespace {
 
 constexpr size_t kAlign = 64;
+constexpr size_t kHugePage = 2 << 20;
 
 class BufferCache {
  public:
@@ -31,9 +34,7 @@ class BufferCache {
         return p;
       }
     }
-    void* p = std::aligned_alloc(kAlign, bytes);
-    OT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
-    return p;
+    return allocate_large(bytes);
   }
 
   void give(void* p, size_t bytes) {
@@ -75,6 +76,19 @@ BufferCache& cache() {
 }
 
 }  // namespace
+
+void* allocate_large(size_t bytes) {
+  if (bytes < kHugePage) {
+    void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    OT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
+    return p;
+  }
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  OT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
+  madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
+  return p;
+}
 
 std::shared_ptr<void> allocate_buffer(size_t bytes) {
   size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;

@@ -1,7 +1,10 @@
 #include "runtime/planned_runner.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
 
+#include "core/buffer_cache.h"
 #include "core/logging.h"
 
 namespace onnxtrain {
@@ -48,8 +51,7 @@ Run::Run(PlannedRunner& runner, const ShapeSignature& signature, uint64_t seed)
     entry_->free_arenas.pop_back();
   } else {
     size_t bytes = static_cast<size_t>(std::max<int64_t>(entry_->plan.arena_bytes, 64));
-    arena_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-    OT_CHECK(arena_, "out of memory allocating a ", bytes, "-byte arena");
+    arena_.reset(static_cast<uint8_t*>(allocate_large(bytes)));
   }
   state_.plan = &entry_->plan;
   state_.arena = arena_.get();
@@ -63,6 +65,13 @@ void Run::finish() {
         " allocations fell outside the memory plan (data-dependent shapes)");
   if (!record_) return;
   MemoryPlan plan = plan_memory(runner_.program_, *record_);
+  // The recording run's intermediates came from the heap and sit in the buffer cache now; with
+  // the plan, later runs take them from the arena, so keeping them would only add to the RSS.
+  state_.record = nullptr;
+  record_.reset();
+  state_.values.clear();
+  release_cached_buffers();
+  malloc_trim(0);  // glibc keeps freed heap pages mapped otherwise
   log(LogLevel::Verbose, "memory plan for graph '", runner_.program_.graph().name, "': arena ", plan.arena_bytes,
       " bytes for ", plan.total_buffer_bytes, " bytes of buffers");
   std::lock_guard<std::mutex> lock(runner_.mutex_);

@@ -10,6 +10,7 @@ sys.path.insert(0, os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(os.path.d
 import onnxtrain  # noqa: E402
 import onnxtrain._export  # noqa: E402
 
+os.environ["ONNXTRAIN_EXPORT_IN_PROCESS"] = "1"  # so that this process can count the exports
 exports = []
 original = onnxtrain._export.torch.onnx.export
 

@@ -146,3 +146,41 @@ def test_train_eval_toggling_no_grad_and_dropout_identity_in_eval():
         out = model(data)
         assert out.grad_fn is None
     assert len(model._graphs) == 2
+
+
+class FixedBatch(nn.Module):
+    """Written for batch 6 only: the trace on a cut-down batch cannot export it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("offsets", torch.arange(24.0).reshape(6, 4))
+
+    def forward(self, x):
+        return self.fc(x) + self.offsets
+
+
+class BatchBranch(nn.Module):
+    """Branches on the batch size: a trace on fewer samples would take the other branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return h * 2 if x.shape[0] > 3 else h * 3
+
+
+def test_the_small_batch_trace_falls_back_to_the_full_batch_when_it_must():
+    for net in (FixedBatch(), BatchBranch()):
+        ref = copy.deepcopy(net)
+        model = onnxtrain.ORTModule(net)
+        data = x(6, 4)
+        out = model(data)
+        assert_engine_ran(out)
+        assert_close(out, ref(data), type(net).__name__)
+        out.sum().backward()
+        ref(data).sum().backward()
+        for p, q in zip(net.parameters(), ref.parameters()):
+            assert_close(p.grad, q.grad, type(net).__name__)
