@@ -14,7 +14,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(HERE, "..", "python")))
 sys.path.insert(0, HERE)
 
 

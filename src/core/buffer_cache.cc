@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -100,6 +101,10 @@ std::shared_ptr<void> allocate_buffer(size_t bytes) {
   }
   void* p = cache().take(rounded);
   return std::shared_ptr<void>(p, [rounded](void* q) { cache().give(q, rounded); });
+}
+
+std::shared_ptr<void> allocate_uncached(size_t bytes) {
+  return std::shared_ptr<void>(allocate_large(std::max<size_t>(bytes, 1)), [](void* q) { std::free(q); });
 }
 
 size_t cached_buffer_bytes() { return cache().held(); }

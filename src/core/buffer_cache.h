@@ -22,6 +22,10 @@ std::shared_ptr<void> allocate_buffer(size_t bytes);
 // std::free.
 void* allocate_large(size_t bytes);
 
+// A block that goes straight back to the system when freed: for memory that will not be needed
+// in this size again (a recording run's intermediates, which later runs take from an arena).
+std::shared_ptr<void> allocate_uncached(size_t bytes);
+
 // Bytes currently held for reuse, and the limit (ONNXTRAIN_BUFFER_CACHE_MB, default 1024).
 size_t cached_buffer_bytes();
 void release_cached_buffers();

@@ -48,7 +48,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
   // Split the larger output dimension across threads when the product is big enough to pay for it.
   const double flops = 2.0 * double(m) * double(n) * double(k);
   int threads = pool.num_threads();
-  if (threads == 1 || flops < 4e6) {
+  // Below ~20 MFLOP a GEMM takes a few tens of microseconds: splitting it costs more than it saves.
+  if (threads == 1 || flops < 2e7) {
     blas_call(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/buffer_cache.h"
 #include "core/logging.h"
 #include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
@@ -51,6 +52,12 @@ Tensor& KernelContext::allocate_output(int i, DType dtype, const TensorShape& sh
     } else if (state_.record) {
       state_.record->bytes[id] = bytes;
     }
+    // Arena values outside an arena: their blocks go back to the system when freed, since later
+    // runs take this memory from the plan's arena and cached blocks would only add to the RSS.
+    std::shared_ptr<void> block = allocate_uncached(static_cast<size_t>(bytes));
+    void* data = block.get();
+    slot = Tensor(dtype, shape, data, std::move(block));
+    return slot;
   }
   slot = Tensor::empty(dtype, shape);
   return slot;

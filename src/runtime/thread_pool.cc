@@ -1,7 +1,9 @@
 #include "runtime/thread_pool.h"
 
+#include <immintrin.h>
 #include <xmmintrin.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 
@@ -19,6 +21,11 @@ int default_threads() {
   unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
+
+// Kernels run back to back, each with its own parallel region: a worker that went to sleep after
+// one region needs a futex wake-up (tens of microseconds) for the next. Spinning this long first
+// keeps consecutive regions cheap, and an idle pool still sleeps soon after a step.
+constexpr auto kSpin = std::chrono::microseconds(200);
 
 std::mutex g_global_mutex;
 std::unique_ptr<ThreadPool>& global_slot() {
@@ -44,22 +51,31 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
+    // No job of this generation exists: claim_ still carries an older one, so nobody runs anything.
+    generation_.fetch_add(1);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_chunks() {
+void ThreadPool::run_chunks(uint64_t generation) {
   for (;;) {
-    int64_t begin = next_.fetch_add(chunk_);
-    if (begin >= n_) break;
-    try {
-      (*fn_)(begin, std::min(n_, begin + chunk_));
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!error_) error_ = std::current_exception();
-      next_ = n_;  // stop handing out chunks
+    uint64_t claim = claim_.load(std::memory_order_acquire);
+    if ((claim >> 32) != (generation & 0xFFFFFFFFu)) return;  // a newer job: nothing of ours is left
+    const int64_t index = static_cast<int64_t>(claim & 0xFFFFFFFFu);
+    if (index >= chunks_.load(std::memory_order_relaxed)) return;
+    if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;
+    if (!failed_.load(std::memory_order_relaxed)) {
+      const int64_t begin = index * chunk_;
+      try {
+        (*fn_)(begin, std::min(n_, begin + chunk_));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+        failed_ = true;  // the remaining chunks are counted but not run
+      }
     }
+    done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
@@ -68,17 +84,19 @@ void ThreadPool::worker_loop() {
   t_in_parallel = true;
   uint64_t seen = 0;
   for (;;) {
-    {
+    // Spin for the next job, then sleep until one is posted.
+    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+    while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < deadline)
+      _mm_pause();
+    if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      ++sleeping_;
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+      --sleeping_;
     }
-    run_chunks();
-    if (active_.fetch_sub(1) == 1) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_cv_.notify_all();
-    }
+    if (stop_) return;
+    seen = generation_.load(std::memory_order_acquire);
+    run_chunks(seen);
   }
 }
 
@@ -90,24 +108,28 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     fn(0, n);
     return;
   }
-  int64_t chunks = std::min<int64_t>(threads * 4, (n + grain - 1) / grain);
+  const int64_t target = std::min<int64_t>(threads * 4, (n + grain - 1) / grain);
   std::lock_guard<std::mutex> job_lock(job_mutex_);
+  fn_ = &fn;
+  n_ = n;
+  chunk_ = (n + target - 1) / target;
+  chunks_.store((n + chunk_ - 1) / chunk_, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  failed_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  claim_.store((generation & 0xFFFFFFFFu) << 32, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    fn_ = &fn;
-    n_ = n;
-    chunk_ = (n + chunks - 1) / chunks;
-    next_ = 0;
-    active_ = static_cast<int>(workers_.size());
-    error_ = nullptr;
-    ++generation_;
+    generation_.store(generation, std::memory_order_release);
+    if (sleeping_ > 0) wake_.notify_all();
   }
-  wake_.notify_all();
   t_in_parallel = true;
-  run_chunks();
+  run_chunks(generation);
   t_in_parallel = false;
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [&] { return active_.load() == 0; });
+  // Only chunks that someone claimed can be outstanding; they finish soon.
+  const int64_t chunks = chunks_.load(std::memory_order_relaxed);
+  while (done_.load(std::memory_order_acquire) < chunks) _mm_pause();
   if (error_) std::rethrow_exception(error_);
 }
 

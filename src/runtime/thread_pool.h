@@ -33,21 +33,27 @@ class ThreadPool {
 
  private:
   void worker_loop();
-  void run_chunks();
+  // Claims and runs chunks of job `generation` until none is left. A worker that arrives late
+  // (or belongs to an older job) claims nothing: the caller never waits for threads that never
+  // showed up, only for chunks someone claimed.
+  void run_chunks(uint64_t generation);
 
   std::vector<std::thread> workers_;
   std::mutex job_mutex_;  // one job at a time when several callers share the pool
-  std::mutex mutex_;
+  std::mutex mutex_;      // guards sleeping_ and the wake-up
   std::condition_variable wake_;
-  std::condition_variable done_cv_;
-  bool stop_ = false;
-  uint64_t generation_ = 0;
-  // The current job.
+  int sleeping_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> generation_{0};  // the newest job's number
+  // The current job. Written by the caller before it publishes the generation; read by a worker
+  // only after it claimed a chunk, which the job cannot finish without.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 0;
-  std::atomic<int64_t> next_{0};
-  std::atomic<int> active_{0};
+  std::atomic<int64_t> chunks_{0};  // read before a claim, so possibly while the next job is set up
+  std::atomic<uint64_t> claim_{0};  // (generation << 32) | next chunk to hand out
+  std::atomic<int64_t> done_{0};    // chunks of the current job finished
+  std::atomic<bool> failed_{false};
   std::exception_ptr error_;  // first exception a chunk threw, rethrown in the caller
 };
 

@@ -211,6 +211,8 @@ bool plans_usable(const Plan& a, const Plan& b) { return a.usable && b.usable; }
 
 bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* w, const float* b,
                          float* y) {
+  // oneDNN sizes its work split by the OpenMP thread count when a primitive is created: one.
+  SingleThreadedOpenMP one_thread;
   ThreadPool& pool = ctx.threads();
   const Chunks c = split_batch(pool, g.batch);
   const Plan& full = plan_for(g, Pass::Forward, c.size, b != nullptr);
@@ -219,7 +221,6 @@ bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, const float*
   const size_t per_chunk = chunk_bytes(full, false), weights = align(full.wei.get_size());
   char* base = static_cast<char*>(ctx.scratch(weights + per_chunk * static_cast<size_t>(c.count)));
   const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
-  SingleThreadedOpenMP one_thread;
   // Weights are reordered once and shared by every chunk.
   char* wscratch = base;
   memory wei = bring_in(full.wei_reorder, full.wei_user, full.wei, w, wscratch, thread_stream());
@@ -246,6 +247,8 @@ bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, const float*
 }
 
 bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const float* dy, const float* w, float* dx) {
+  // oneDNN sizes its work split by the OpenMP thread count when a primitive is created: one.
+  SingleThreadedOpenMP one_thread;
   ThreadPool& pool = ctx.threads();
   const Chunks c = split_batch(pool, g.batch);
   const Plan& full = plan_for(g, Pass::BackwardData, c.size, false);
@@ -254,7 +257,6 @@ bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const 
   const size_t per_chunk = chunk_bytes(full, false), weights = align(full.wei.get_size());
   char* base = static_cast<char*>(ctx.scratch(weights + per_chunk * static_cast<size_t>(c.count)));
   const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
-  SingleThreadedOpenMP one_thread;
   char* wscratch = base;
   memory wei = bring_in(full.wei_reorder, full.wei_user, full.wei, w, wscratch, thread_stream());
   thread_stream().wait();
@@ -279,6 +281,8 @@ bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const 
 
 bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* dy,
                                   float* dw) {
+  // oneDNN sizes its work split by the OpenMP thread count when a primitive is created: one.
+  SingleThreadedOpenMP one_thread;
   ThreadPool& pool = ctx.threads();
   const Chunks c = split_batch(pool, g.batch);
   const Plan& full = plan_for(g, Pass::BackwardWeights, c.size, false);
