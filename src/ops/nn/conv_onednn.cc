@@ -209,19 +209,22 @@ bool plans_usable(const Plan& a, const Plan& b) { return a.usable && b.usable; }
 
 }  // namespace
 
-bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* w, const float* b,
-                         float* y) {
+namespace {
+
+// Forward and data gradient share a shape: weights reordered once, then one oneDNN call per chunk
+// of the batch, each in one of the pool's threads. `body(plan, first image, scratch, stream, weights)`
+// runs a chunk. False when oneDNN has no JIT kernel for the geometry.
+template <typename Body>
+bool run_chunked(KernelContext& ctx, const ConvGeometry& g, Pass pass, bool bias, const float* w, Body body) {
   // oneDNN sizes its work split by the OpenMP thread count when a primitive is created: one.
   SingleThreadedOpenMP one_thread;
   ThreadPool& pool = ctx.threads();
   const Chunks c = split_batch(pool, g.batch);
-  const Plan& full = plan_for(g, Pass::Forward, c.size, b != nullptr);
-  const Plan& last = plan_for(g, Pass::Forward, c.last, b != nullptr);
+  const Plan& full = plan_for(g, pass, c.size, bias);
+  const Plan& last = plan_for(g, pass, c.last, bias);
   if (!plans_usable(full, last)) return false;
   const size_t per_chunk = chunk_bytes(full, false), weights = align(full.wei.get_size());
   char* base = static_cast<char*>(ctx.scratch(weights + per_chunk * static_cast<size_t>(c.count)));
-  const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
-  // Weights are reordered once and shared by every chunk.
   char* wscratch = base;
   memory wei = bring_in(full.wei_reorder, full.wei_user, full.wei, w, wscratch, thread_stream());
   thread_stream().wait();
@@ -229,54 +232,43 @@ bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, const float*
     SingleThreadedOpenMP chunk_thread;
     dnnl::stream& s = thread_stream();
     for (int64_t i = c0; i < c1; ++i) {
-      const Plan& p = i + 1 == c.count ? last : full;
-      char* scratch = base + weights + per_chunk * static_cast<size_t>(i);
-      const int64_t n0 = i * c.size;
-      memory src = bring_in(p.src_reorder, p.src_user, p.src, x + n0 * x_step, scratch, s);
-      memory dst = output_buffer(p.dst_out, p.dst_user, p.dst, y + n0 * y_step, scratch);
-      memory pad(p.scratchpad, cpu_engine(), scratch);
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst},
-                                           {DNNL_ARG_SCRATCHPAD, pad}};
-      if (b) args.emplace(DNNL_ARG_BIAS, memory(p.bias_user, cpu_engine(), const_cast<float*>(b)));
-      p.conv.execute(s, args);
-      if (p.dst_out) run_reorder(p.dst_out, s, dst, memory(p.dst_user, cpu_engine(), y + n0 * y_step));
+      body(i + 1 == c.count ? last : full, i * c.size, base + weights + per_chunk * static_cast<size_t>(i), s, wei);
       s.wait();
     }
   });
   return true;
 }
 
-bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const float* dy, const float* w, float* dx) {
-  // oneDNN sizes its work split by the OpenMP thread count when a primitive is created: one.
-  SingleThreadedOpenMP one_thread;
-  ThreadPool& pool = ctx.threads();
-  const Chunks c = split_batch(pool, g.batch);
-  const Plan& full = plan_for(g, Pass::BackwardData, c.size, false);
-  const Plan& last = plan_for(g, Pass::BackwardData, c.last, false);
-  if (!plans_usable(full, last)) return false;
-  const size_t per_chunk = chunk_bytes(full, false), weights = align(full.wei.get_size());
-  char* base = static_cast<char*>(ctx.scratch(weights + per_chunk * static_cast<size_t>(c.count)));
+}  // namespace
+
+bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* w, const float* b,
+                         float* y) {
   const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
-  char* wscratch = base;
-  memory wei = bring_in(full.wei_reorder, full.wei_user, full.wei, w, wscratch, thread_stream());
-  thread_stream().wait();
-  pool.parallel_for(c.count, 1, [&](int64_t c0, int64_t c1) {
-    SingleThreadedOpenMP chunk_thread;
-    dnnl::stream& s = thread_stream();
-    for (int64_t i = c0; i < c1; ++i) {
-      const Plan& p = i + 1 == c.count ? last : full;
-      char* scratch = base + weights + per_chunk * static_cast<size_t>(i);
-      const int64_t n0 = i * c.size;
-      memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy + n0 * y_step, scratch, s);
-      memory diff_src = output_buffer(p.src_out, p.src_user, p.src, dx + n0 * x_step, scratch);
-      memory pad(p.scratchpad, cpu_engine(), scratch);
-      p.conv.execute(s, {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, diff_src},
-                         {DNNL_ARG_SCRATCHPAD, pad}});
-      if (p.src_out) run_reorder(p.src_out, s, diff_src, memory(p.src_user, cpu_engine(), dx + n0 * x_step));
-      s.wait();
-    }
-  });
-  return true;
+  return run_chunked(ctx, g, Pass::Forward, b != nullptr, w,
+                     [&](const Plan& p, int64_t n0, char* scratch, dnnl::stream& s, const memory& wei) {
+                       memory src = bring_in(p.src_reorder, p.src_user, p.src, x + n0 * x_step, scratch, s);
+                       memory dst = output_buffer(p.dst_out, p.dst_user, p.dst, y + n0 * y_step, scratch);
+                       memory pad(p.scratchpad, cpu_engine(), scratch);
+                       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei},
+                                                            {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, pad}};
+                       if (b) args.emplace(DNNL_ARG_BIAS, memory(p.bias_user, cpu_engine(), const_cast<float*>(b)));
+                       p.conv.execute(s, args);
+                       if (p.dst_out) run_reorder(p.dst_out, s, dst, memory(p.dst_user, cpu_engine(), y + n0 * y_step));
+                     });
+}
+
+bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const float* dy, const float* w, float* dx) {
+  const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
+  return run_chunked(ctx, g, Pass::BackwardData, false, w,
+                     [&](const Plan& p, int64_t n0, char* scratch, dnnl::stream& s, const memory& wei) {
+                       memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy + n0 * y_step, scratch, s);
+                       memory diff_src = output_buffer(p.src_out, p.src_user, p.src, dx + n0 * x_step, scratch);
+                       memory pad(p.scratchpad, cpu_engine(), scratch);
+                       p.conv.execute(s, {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, wei},
+                                          {DNNL_ARG_DIFF_SRC, diff_src}, {DNNL_ARG_SCRATCHPAD, pad}});
+                       if (p.src_out)
+                         run_reorder(p.src_out, s, diff_src, memory(p.src_user, cpu_engine(), dx + n0 * x_step));
+                     });
 }
 
 bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* dy,
