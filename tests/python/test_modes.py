@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 import onnxtrain
-from conftest import assert_close
+from conftest import assert_close, assert_engine_ran
 
 
 def make():
@@ -46,7 +46,7 @@ def test_switching_between_train_and_eval():
         ref.train(training)
         out = model(x)
         assert_close(out, ref(x), f"training={training}")
-        assert (out.grad_fn is not None) == training or not training
+        assert_engine_ran(out)  # eval mode with gradients enabled is still differentiable, as in PyTorch
     assert len(model._graphs) == 2  # one export per mode, reused
 
 
