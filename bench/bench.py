@@ -27,14 +27,14 @@ def _threads_env(threads):
 
 # ---------------------------------------------------------------- one process
 
-def _setup(threads):
+def _setup(threads, with_engine):
+    """The eager contender's process never loads onnxtrain, so that its peak RSS is eager's alone."""
     import torch
-
-    import onnxtrain
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)  # what a careful eager user does on this machine; we do FTZ too
-    onnxtrain.set_num_threads(threads)
-    return torch, onnxtrain
+    if with_engine:
+        import onnxtrain
+        onnxtrain.set_num_threads(threads)
 
 
 class Contender:
@@ -42,15 +42,16 @@ class Contender:
         import torch
 
         import models
-        import onnxtrain
         torch.manual_seed(0)
         net = models.build(model_name, dropout)
         self.name = name
-        self.model = onnxtrain.ORTModule(net) if name == "onnxtrain" else net
-        if optimizer == "fused" and name == "onnxtrain":
-            self.opt = onnxtrain.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-        else:
-            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.model = net
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        if name == "onnxtrain":
+            import onnxtrain
+            self.model = onnxtrain.ORTModule(net)
+            if optimizer == "fused":
+                self.opt = onnxtrain.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         gen = torch.Generator().manual_seed(1)
         self.batches = [models.ZOO[model_name]["batch_fn"](gen) for _ in range(4)]
         self.step_index = 0
@@ -71,7 +72,7 @@ class Contender:
 
 def run_single(args):
     """One contender, `--threads` threads: JSON with step times, first step, RSS, losses."""
-    _setup(args.threads)
+    _setup(args.threads, with_engine=args.contender == "onnxtrain")
     c = Contender(args.contender, args.model, args.dropout, args.optimizer)
     first = c.step()
     for _ in range(args.warmup - 1):
@@ -86,7 +87,7 @@ def run_single(args):
 
 def run_alternating(args):
     """Both contenders in one process, alternating step by step."""
-    _setup(args.threads)
+    _setup(args.threads, with_engine=True)
     contenders = [Contender(n, args.model, args.dropout, args.optimizer) for n in ("eager", "onnxtrain")]
     times = {c.name: [] for c in contenders}
     for i in range(args.warmup + args.steps):
