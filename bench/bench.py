@@ -117,7 +117,8 @@ def _timed(fn):
 
 def gemm_efficiency(contender, model_name):
     """Achieved GEMM GFLOP/s of the engine (FLOPs of the Linear layers over the time its GEMM
-    kernels took, from a profile of a few steps) over the sgemm peak measured here and now."""
+    kernels took, the best of a few profiled steps per GEMM) over the sgemm peak measured here and
+    now."""
     import tempfile
 
     import torch
@@ -132,8 +133,14 @@ def gemm_efficiency(contender, model_name):
             contender.step()
     with open(path) as f:
         events = json.load(f)["traceEvents"]
-    gemm_us = sum(e["dur"] for e in events if e["name"] in ("Gemm", "MatMul", "FusedMatMul"))
-    achieved = flops * steps / (gemm_us * 1e-6) / 1e9
+    # Best of the profiled steps for each GEMM node, as the peak is the best of its runs: both
+    # sides of the ratio then see the machine at its least disturbed.
+    best_us = {}
+    for e in events:
+        if e["name"] in ("Gemm", "MatMul", "FusedMatMul"):
+            node = e["args"]["node"]
+            best_us[node] = min(best_us.get(node, float("inf")), e["dur"])
+    achieved = flops / (sum(best_us.values()) * 1e-6) / 1e9
     peak = sgemm_peak_gflops(torch)
     return dict(gemm_gflops=achieved, sgemm_peak_gflops=peak, gemm_efficiency=achieved / peak)
 

@@ -85,6 +85,7 @@ class Graphs:
         self.has_randomness = exported.has_randomness
         self._runs = {}
         self._inference = None
+        self._buffer_owners = None  # (module, [(owner, buffer name, output index)], [BatchNorm modules])
         self.proven = False  # ran once at full size: a failure now is the caller's, not the trace's
         mode = "train" if training else "eval"
         logger.info("onnxtrain: exported %s in %s mode in %.1f ms", name, mode, 1e3 * export_seconds)
@@ -111,13 +112,23 @@ class Graphs:
         """Copies new buffer values (BatchNorm running statistics) into the module, as PyTorch's
         training-mode forward does, and returns the module's own outputs."""
         exported = self.exported
-        updates = exported.buffer_updates
-        if updates:
+        if exported.buffer_updates:
+            if self._buffer_owners is None or self._buffer_owners[0] is not module:
+                updates = exported.buffer_updates
+                # Owners resolved once; the tensors are looked up on every call, since a buffer may
+                # be reassigned between steps.
+                copies = [(module.get_submodule(path.rpartition(".")[0]), path.rpartition(".")[2], index)
+                          for index, path in updates.outputs]
+                self._buffer_owners = (module, copies, [module.get_submodule(p) for p in updates.batchnorm_paths])
+            _, copies, batchnorms = self._buffer_owners
             with torch.no_grad():
-                for index, path in updates.outputs:
-                    module.get_buffer(path).copy_(outputs[index])
-                for path in updates.batchnorm_paths:
-                    tracked = module.get_submodule(path).num_batches_tracked
+                for owner, attr, index in copies:
+                    buffer = owner._buffers.get(attr)
+                    if buffer is None:
+                        raise RuntimeError(f"onnxtrain: buffer {attr!r} the graph updates disappeared from the module")
+                    buffer.copy_(outputs[index])
+                for bn in batchnorms:
+                    tracked = bn._buffers.get("num_batches_tracked")
                     if tracked is not None:
                         tracked.add_(1)
         return outputs[:exported.num_user_outputs]

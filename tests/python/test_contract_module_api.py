@@ -105,3 +105,23 @@ def test_pickle_and_deepcopy_mid_training_resume_with_parity():
         for p, q in zip(clone.parameters(), clone_ref.parameters()):
             assert_close(p, q, "parameters after resuming")
         assert clone.engine_runs == 2
+
+
+def test_reassigned_batchnorm_buffers_keep_receiving_updates():
+    # Running statistics are written back into whatever tensor the module holds now, also after
+    # the user replaced it.
+    torch.manual_seed(0)
+    ref = Net()
+    model = onnxtrain.ORTModule(copy.deepcopy(ref))
+    for step in range(4):
+        if step == 2:
+            for m in (ref, model.module):
+                m.body[1].running_mean = torch.full((8,), 0.5)
+                m.body[1].running_var = torch.full((8,), 2.0)
+        batch = x(6, 5, seed=step)
+        ref(batch).sum().backward()
+        out = model(batch)
+        assert_engine_ran(out)
+        out.sum().backward()
+        for name, buffer in ref.named_buffers():
+            assert_close(model.module.get_buffer(name), buffer)
