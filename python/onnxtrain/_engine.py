@@ -117,8 +117,10 @@ class Graphs:
                 updates = exported.buffer_updates
                 # Owners resolved once; the tensors are looked up on every call, since a buffer may
                 # be reassigned between steps.
-                copies = [(module.get_submodule(path.rpartition(".")[0]), path.rpartition(".")[2], index)
-                          for index, path in updates.outputs]
+                copies = []
+                for index, path in updates.outputs:
+                    owner_path, _, name = path.rpartition(".")
+                    copies.append((module.get_submodule(owner_path), name, index))
                 self._buffer_owners = (module, copies, [module.get_submodule(p) for p in updates.batchnorm_paths])
             _, copies, batchnorms = self._buffer_owners
             with torch.no_grad():

@@ -155,8 +155,12 @@ void for_each_chunk(ThreadPool& pool, int64_t batch, const ConvPlan& p, Fn fn) {
 // A slot's scratch: its column matrix, then its gather/scatter buffer.
 template <typename T>
 struct SlotScratch {
-  char* base;
+  // Takes the plan's slots, and `extra_bytes` after them, from the kernel's scratch.
+  SlotScratch(KernelContext& ctx, const ConvPlan& plan, size_t extra_bytes = 0)
+      : p(plan), base(static_cast<char*>(ctx.scratch(bytes() + extra_bytes))) {}
   const ConvPlan& p;
+  char* base;
+  char* extra() const { return base + bytes(); }
   T* col(int64_t s) const { return reinterpret_cast<T*>(base + static_cast<size_t>(s) * (p.col_bytes + p.tmp_bytes)); }
   T* tmp(int64_t s) const {
     return reinterpret_cast<T*>(base + static_cast<size_t>(s) * (p.col_bytes + p.tmp_bytes) + p.col_bytes);
@@ -180,8 +184,7 @@ void conv_image_to_cols(KernelContext& ctx, const ConvGeometry& g, const T* imag
                         T* cols) {
   ThreadPool& pool = ctx.threads();
   const ConvPlan p = plan_conv(pool, g, sizeof(T));
-  SlotScratch<T> scratch{nullptr, p};
-  scratch.base = static_cast<char*>(ctx.scratch(scratch.bytes()));
+  const SlotScratch<T> scratch(ctx, p);
   const int64_t C = g.image_channels, M = g.col_channels;
   for_each_chunk(pool, g.batch, p, [&](int64_t s, int64_t n0, int64_t count, bool) {
     T* col = scratch.col(s);
@@ -218,8 +221,7 @@ void conv_cols_to_image(KernelContext& ctx, const ConvGeometry& g, const T* cols
                         T* image) {
   ThreadPool& pool = ctx.threads();
   const ConvPlan p = plan_conv(pool, g, sizeof(T));
-  SlotScratch<T> scratch{nullptr, p};
-  scratch.base = static_cast<char*>(ctx.scratch(scratch.bytes()));
+  const SlotScratch<T> scratch(ctx, p);
   const int64_t C = g.image_channels, M = g.col_channels;
   for_each_chunk(pool, g.batch, p, [&](int64_t s, int64_t n0, int64_t count, bool) {
     T* col = scratch.col(s);
@@ -259,12 +261,10 @@ void conv_weight_grad(KernelContext& ctx, const ConvGeometry& g, const T* image,
   const ConvPlan p = plan_conv(pool, g, sizeof(T));
   const int64_t C = g.image_channels, M = g.col_channels, w_numel = M * p.K;
   // Slot 0 accumulates straight into the output, the others into scratch summed at the end.
-  SlotScratch<T> scratch{nullptr, p};
   const size_t acc_bytes = aligned_bytes(w_numel, sizeof(T));
-  auto* base = static_cast<char*>(ctx.scratch(scratch.bytes() + acc_bytes * static_cast<size_t>(p.slots - 1)));
-  scratch.base = base;
+  const SlotScratch<T> scratch(ctx, p, acc_bytes * static_cast<size_t>(p.slots - 1));
   auto accumulator = [&](int64_t s) {
-    return s == 0 ? weight : reinterpret_cast<T*>(base + scratch.bytes() + acc_bytes * static_cast<size_t>(s - 1));
+    return s == 0 ? weight : reinterpret_cast<T*>(scratch.extra() + acc_bytes * static_cast<size_t>(s - 1));
   };
   if (g.batch == 0) std::fill(weight, weight + w_numel, T(0));
   for_each_chunk(pool, g.batch, p, [&](int64_t s, int64_t n0, int64_t count, bool first) {
