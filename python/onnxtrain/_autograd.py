@@ -13,8 +13,10 @@ class ORTModuleFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # a missing output gradient reaches C++ as None, filled there
         if run.non_differentiable_positions:
             ctx.mark_non_differentiable(*(outputs[i] for i in run.non_differentiable_positions))
-        # Outputs that backward reads: saving them lets autograd detect in-place changes.
-        ctx.save_for_backward(*(outputs[i] for i in run.stashed_output_positions))
+        # Inputs, parameters and outputs that backward reads: saving them lets autograd detect
+        # in-place changes and raise eager's error when backward unpacks them.
+        ctx.save_for_backward(*(tensors[i] for i in run.stashed_input_positions),
+                              *(outputs[i] for i in run.stashed_output_positions))
         return tuple(outputs)
 
     @staticmethod

@@ -46,6 +46,14 @@ class TrainingRun:
             i for i in range(len(outputs)) if i not in set(self.differentiable_positions)]
         stashed_outputs = {name for name, kind in self.session.stashed if kind == "forward_output"}
         self.stashed_output_positions = [i for i, n in enumerate(outputs) if n in stashed_outputs]
+        # Inputs and parameters the backward reads in place: saving them lets autograd raise, as
+        # eager does, when one is modified in place between forward and backward.
+        stashed_inputs = {name for name, kind in self.session.stashed if kind == "input"}
+        self.stashed_input_positions = [i for i, n in enumerate(names) if n in stashed_inputs]
+        # Per gradient: the differentiable outputs (positions among forward outputs) it depends
+        # on. When none of them receives a gradient, the gradient is None, as in eager.
+        self.wrt_output_positions = [[self.differentiable_positions[k] for k in deps]
+                                     for deps in self.session.wrt_output_dependencies]
         self.first_run = True
 
     def forward(self, tensors):
@@ -67,7 +75,9 @@ class TrainingRun:
             g = output_grads[pos]
             capsules.append(None if g is None else to_dlpack(g.detach().contiguous()))
         grads, bools = self.session.backward(call, capsules)
-        return from_capsules(grads, bools)
+        grads = from_capsules(grads, bools)
+        return [None if all(output_grads[p] is None for p in deps) else g
+                for g, deps in zip(grads, self.wrt_output_positions)]
 
 
 class Graphs:

@@ -44,6 +44,72 @@ class _FlatModule(torch.nn.Module):
         return tuple(flat)
 
 
+# autograd.Functions whose backward is the true derivative of their forward: tracing through them
+# and differentiating the traced forward gives their gradient. torch.utils.checkpoint's
+# recomputes a segment in backward and differentiates it with autograd, so it qualifies; torch
+# 1.13 cannot export it ("unordered_map::at"), so the trace calls the segment directly.
+_CHECKPOINT = "torch.utils.checkpoint.CheckpointFunction"
+TRACEABLE_FUNCTIONS = frozenset({_CHECKPOINT})
+
+
+def _qualified_name(cls):
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@contextlib.contextmanager
+def _recorded_functions(applied):
+    """Records the class of every torch.autograd.Function applied while the trace runs: the
+    tracer inlines their forward, and differentiating that would silently ignore the user's
+    backward."""
+    base = torch.autograd.Function
+    had_own = "apply" in base.__dict__
+    original = base.__dict__["apply"] if had_own else torch._C._FunctionBase.__dict__["apply"]
+
+    def apply(cls, *args, **kwargs):
+        applied.append(cls)
+        if _qualified_name(cls) == _CHECKPOINT:  # (run_function, preserve_rng_state, *inputs)
+            return args[0](*args[2:])
+        return original.__get__(None, cls)(*args, **kwargs)
+
+    base.apply = classmethod(apply)
+    try:
+        yield
+    finally:
+        if had_own:
+            base.apply = original
+        else:
+            del base.apply
+
+
+def _refuse_custom_functions(module, applied):
+    refused = []
+    for cls in applied:
+        name = _qualified_name(cls)
+        if name not in TRACEABLE_FUNCTIONS and name not in refused:
+            refused.append(name)
+    if refused:
+        raise ExportError(
+            f"{type(module).__name__} applies the custom torch.autograd.Function {', '.join(refused)}: onnxtrain "
+            "would differentiate its traced forward instead of running its backward, so it does not run such "
+            "modules")
+
+
+@contextlib.contextmanager
+def _traced_as_in_training(module):
+    """Grad enabled and every floating parameter requiring grad while the trace runs: PyTorch's
+    eval-mode fast paths (nn.TransformerEncoderLayer, nn.MultiheadAttention) are taken only
+    without them, and they call fused kernels that have no ONNX export."""
+    frozen = [p for p in module.parameters() if not p.requires_grad and p.is_floating_point()]
+    try:
+        for p in frozen:
+            p.requires_grad_(True)
+        with torch.enable_grad():
+            yield
+    finally:
+        for p in frozen:
+            p.requires_grad_(False)
+
+
 @contextlib.contextmanager
 def _preserved_state(module):
     """Export runs forward: keep buffers (BatchNorm statistics) and the RNG where they were."""
@@ -182,7 +248,9 @@ def _export_once(module, tensors, input_schema, training):
     # module's parameters, so they could neither be fed nor follow the optimizer.
     mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.PRESERVE
     error = None
-    with _preserved_state(module), torch.no_grad(), _symbolics.registered(OPSET), \
+    applied = []
+    with _preserved_state(module), _traced_as_in_training(module), _symbolics.registered(OPSET), \
+            _recorded_functions(applied), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", torch.jit.TracerWarning)
         try:
@@ -193,6 +261,7 @@ def _export_once(module, tensors, input_schema, training):
         except Exception as e:  # noqa: BLE001 - every export failure is reported the same way
             # Keep only the text: a live exception from a failed torch 1.13 export breaks later exports.
             error = f"{type(e).__name__}: {e}"
+    _refuse_custom_functions(module, applied)
     if error is not None:
         raise ExportError(f"torch.onnx.export failed for {type(module).__name__}: {error}")
     if flat.output_schema is None:

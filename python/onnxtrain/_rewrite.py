@@ -6,7 +6,17 @@
   into the module's buffers after each training-mode forward.
 - Embedding with padding_idx exports as a plain Gather, which would give the padding row a
   gradient. It becomes ai.onnxtrain::Embedding, whose gradient skips that row.
+- torch.onnx.export of a module in eval mode merges parameters and buffers that hold equal
+  values (a fresh BatchNorm's running_var equals its weight, two zero biases equal each other):
+  one becomes Identity(other), so the gradients of both would land on one. Each gets its own
+  graph input again; a parameter shared by two modules is fed twice, and autograd sums the two
+  gradients into it, as eager does.
+- ONNX's Reshape reads a 0 in the target shape as "keep this dim", PyTorch's reshape as an empty
+  dim. torch writes the "keep" zeros only into constant shapes; a shape computed at run time
+  (from Shape) holds real sizes, so those Reshapes get allowzero=1 and empty batches work.
 """
+import copy
+
 import onnx
 import torch
 
@@ -67,8 +77,46 @@ def _rewrite_embedding(module, node):
     node.attribute.append(onnx.helper.make_attribute("padding_idx", padding))
 
 
+def _is_module_tensor(module, path):
+    owner_path, _, name = path.rpartition(".")
+    try:
+        owner = module.get_submodule(owner_path) if owner_path else module
+    except AttributeError:
+        return False
+    return name in owner._parameters or name in owner._buffers
+
+
+def _undo_initializer_deduplication(model, module):
+    inputs = {i.name: i for i in model.graph.input}
+    for node in list(model.graph.node):
+        if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or len(node.input) != 1:
+            continue
+        source, target = node.input[0], node.output[0]
+        if source not in inputs or not source.startswith(PREFIX) or not target.startswith(PREFIX):
+            continue
+        if not _is_module_tensor(module, target[len(PREFIX):]):
+            continue
+        separate = copy.deepcopy(inputs[source])
+        separate.name = target
+        model.graph.input.append(separate)
+        inputs[target] = separate
+        model.graph.node.remove(node)
+
+
+def _reshape_computed_shapes_literally(model):
+    constant = {i.name for i in model.graph.initializer}
+    constant |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    for node in model.graph.node:
+        if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and len(node.input) > 1 \
+                and node.input[1] not in constant:
+            del node.attribute[:]
+            node.attribute.append(onnx.helper.make_attribute("allowzero", 1))
+
+
 def adapt_to_pytorch(model, module):
     """Rewrites `model` in place; returns the BufferUpdates the front end must apply."""
+    _undo_initializer_deduplication(model, module)
+    _reshape_computed_shapes_literally(model)
     used = {v for n in model.graph.node for v in list(n.input) + list(n.output)}
     used |= {i.name for i in model.graph.input}
 

@@ -7,12 +7,21 @@ onnxtrain exports:
 - binary_cross_entropy_with_logits exports as log(sigmoid(x)), which overflows for large
   logits, so it becomes the stable form max(x, 0) - x*y + log(1 + exp(-|x|));
 - adaptive_avg_pool needs a static input size, and every dim is dynamic here, so it becomes
-  onnxtrain's AdaptiveAveragePool (or GlobalAveragePool for output size 1).
+  onnxtrain's AdaptiveAveragePool (or GlobalAveragePool for output size 1);
+- torch.max(x, dim) and torch.min(x, dim) export as ReduceMax/ReduceMin beside ArgMax/ArgMin, whose
+  gradient splits among ties, while PyTorch sends all of it to the returned index: the values
+  become GatherElements(x, ArgMax(x)), whose gradient goes exactly there;
+- logsigmoid exports as Log(Sigmoid(x)), whose gradient is NaN where sigmoid underflows: it
+  becomes -Softplus(-x), which is finite everywhere, as PyTorch's own kernel is;
+- x.bernoulli_(p) (torchvision's stochastic depth) reaches torch's bernoulli symbolic with p in
+  the generator's place and is refused; it becomes ONNX Bernoulli of p filled to x's shape
+  (torch.bernoulli(probs) becomes Bernoulli(probs)), drawn by the engine from the run's seed.
 """
 import contextlib
 
 import torch
 from torch.onnx import symbolic_helper as sh
+from torch.onnx import symbolic_opset9 as opset9
 
 DOMAIN = "ai.onnxtrain"
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
@@ -73,7 +82,51 @@ def _adaptive_avg_pool(g, input, output_size):
     return g.op(f"{DOMAIN}::AdaptiveAveragePool", input, output_size_i=sizes)
 
 
+def _bernoulli(g, input, *args):
+    # (input, generator[, out]) for torch.bernoulli(probs); (input, p, generator) for
+    # input.bernoulli_(p) after torch turned the in-place op into this one.
+    if len(args) >= 2 and not sh._is_none(args[0]) and sh._is_constant(args[0]) and \
+            isinstance(sh._maybe_get_const(args[0], "f"), float):
+        p = sh._maybe_get_const(args[0], "f")
+        dtype = sh._try_get_scalar_type(input) or "Float"
+        fill = torch.tensor([p], dtype=_type_utils_dtype(dtype))
+        probs = g.op("ConstantOfShape", g.op("Shape", input), value_t=fill)
+        return g.op("Bernoulli", probs)
+    return g.op("Bernoulli", input)
+
+
+def _type_utils_dtype(scalar_type):
+    from torch.onnx import _type_utils
+
+    return _type_utils.JitScalarType.from_name(scalar_type).dtype()
+
+
+def _log_sigmoid(g, input):
+    return g.op("Neg", g.op("Softplus", g.op("Neg", input)))
+
+
+def _extremum_along(arg_op, reduce_fallback):
+    def symbolic(g, self, dim_or_y=None, keepdim=None):
+        if keepdim is None:  # torch.max(x) or torch.max(x, other): torch's own symbolic
+            return reduce_fallback(g, self, dim_or_y, keepdim)
+        dim = sh._get_const(dim_or_y, "i", "dim")
+        keep = sh._get_const(keepdim, "i", "keepdim")
+        indices = g.op(arg_op, self, axis_i=dim, keepdims_i=1)
+        values = g.op("GatherElements", self, indices, axis_i=dim)
+        if not keep:
+            axes = g.op("Constant", value_t=torch.tensor([dim], dtype=torch.long))
+            values = g.op("Squeeze", values, axes)
+            indices = g.op("Squeeze", indices, axes)
+        return values, indices
+
+    return symbolic
+
+
 _SYMBOLICS = {
+    "aten::log_sigmoid": _log_sigmoid,
+    "aten::bernoulli": _bernoulli,
+    "aten::max": _extremum_along("ArgMax", opset9.max),
+    "aten::min": _extremum_along("ArgMin", opset9.min),
     "aten::mse_loss": _mse_loss,
     "aten::l1_loss": _l1_loss,
     "aten::cross_entropy_loss": _cross_entropy,

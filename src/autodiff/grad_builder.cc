@@ -36,9 +36,13 @@ const std::string& GradBuilder::output_grad(int i) const {
 
 std::string GradBuilder::output_grad_or_zeros(int i) {
   if (has_output_grad(i)) return output_grad(i);
-  Tensor zero = Tensor::zeros(dtype_of(output(i)), {1});
+  return zeros_like(output(i));
+}
+
+std::string GradBuilder::zeros_like(const std::string& value, DType dtype) {
+  Tensor zero = Tensor::zeros(dtype == DType::Undefined ? dtype_of(value) : dtype, {1});
   AttributeMap attrs{{"value", Attribute::of_tensor(zero)}};
-  std::string z = op("ConstantOfShape", {shape_of(output(i))}, attrs);
+  std::string z = op("ConstantOfShape", {shape_of(value)}, attrs);
   owner_.graph().info_mut(z).dtype = zero.dtype();
   return z;
 }

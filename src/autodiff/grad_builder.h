@@ -46,6 +46,10 @@ class GradBuilder {
                                     int num_outputs, const AttributeMap& attrs = {},
                                     const std::string& domain = kOnnxDomain);
 
+  // Zeros shaped like `value` (a forward value: its shape is taken in the forward part), of
+  // `value`'s element type or the one given.
+  std::string zeros_like(const std::string& value, DType dtype = DType::Undefined);
+
   // Constants.
   std::string scalar_like(double value, const std::string& like);  // 0-d, like's element type
   std::string int64s(const std::vector<int64_t>& values);          // 1-D int64

@@ -31,8 +31,32 @@ DType infer_output_dtype(const Graph& g, const std::string& op_type, const std::
 
 bool input_is_differentiable(const Graph& g, const Node& n, size_t i) {
   if (!n.has_input(i) || !g.may_be_floating(n.inputs[i])) return false;
+  if (OpRegistry::instance().has_zero_gradient(n.domain, n.op_type)) return true;
   return input_differentiability(n.domain, n.op_type, g.opset(n.domain), static_cast<int>(i)) !=
          Differentiability::NonDifferentiable;
+}
+
+// For each of `wrt`, the indices of the outputs it reaches through differentiable edges of the
+// forward nodes [0, num_forward).
+std::vector<std::vector<int>> output_dependencies(const Graph& g, size_t num_forward,
+                                                  const std::vector<std::vector<bool>>& needs_grad,
+                                                  const std::vector<std::string>& wrt,
+                                                  const std::vector<std::string>& outputs) {
+  std::vector<std::vector<int>> deps(wrt.size());
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    std::unordered_set<std::string> reaches{outputs[o]};
+    for (size_t k = num_forward; k-- > 0;) {
+      const Node& n = g.nodes[k];
+      bool feeds = false;
+      for (const auto& out : n.outputs) feeds = feeds || (!out.empty() && reaches.count(out));
+      if (!feeds) continue;
+      for (size_t i = 0; i < n.inputs.size(); ++i)
+        if (needs_grad[k][i]) reaches.insert(n.inputs[i]);
+    }
+    for (size_t w = 0; w < wrt.size(); ++w)
+      if (reaches.count(wrt[w])) deps[w].push_back(static_cast<int>(o));
+  }
+  return deps;
 }
 
 }  // namespace
@@ -171,6 +195,8 @@ GradientGraph build_gradient_graph(const Graph& forward, const GradientSpec& spe
     }
   }
 
+  result.wrt_output_dependencies = output_dependencies(g, result.num_forward_nodes, needs_grad, spec.wrt,
+                                                       result.differentiable_outputs);
   for (const auto& v : spec.wrt) {
     auto it = contributions.find(v);
     if (it == contributions.end()) {

@@ -27,6 +27,9 @@ struct GradientGraph {
   // Parallel to spec.wrt: the joint-graph output holding each gradient, "" when no gradient
   // reaches that value (PyTorch leaves .grad as None then).
   std::vector<std::string> wrt_grads;
+  // Parallel to spec.wrt: indices into differentiable_outputs of the outputs that depend on it.
+  // When none of them receives a gradient, PyTorch leaves the value's .grad as None.
+  std::vector<std::vector<int>> wrt_output_dependencies;
 };
 
 GradientGraph build_gradient_graph(const Graph& forward, const GradientSpec& spec);

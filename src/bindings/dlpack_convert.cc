@@ -67,7 +67,7 @@ Tensor tensor_from_capsule(py::capsule capsule, DType expected) {
   DType dtype = dtype_from_dl(dl.dtype);
   if (dtype == DType::UInt8 && expected == DType::Bool) dtype = DType::Bool;
   TensorShape shape(dl.shape, dl.shape + dl.ndim);
-  if (dl.strides) {
+  if (dl.strides && shape.numel() > 0) {  // an empty tensor's strides say nothing about its layout
     int64_t expect = 1;
     for (int d = dl.ndim - 1; d >= 0; --d) {
       OT_CHECK(dl.shape[d] == 1 || dl.strides[d] == expect, "tensors must be contiguous");

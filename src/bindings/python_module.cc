@@ -254,6 +254,8 @@ PYBIND11_MODULE(_C, m) {
                                for (const auto& g : s.graph().wrt_grads) out.push_back(!g.empty());
                                return out;
                              })
+      .def_property_readonly("wrt_output_dependencies",
+                             [](const PyTrainingSession& s) { return s.graph().wrt_output_dependencies; })
       .def_property_readonly("stashed", [](const PyTrainingSession& s) {
         py::list out;
         for (const auto& v : s.graph().stashed) out.append(py::make_tuple(v.value, stash_kind_name(v.kind)));

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "autodiff/grad_builder.h"
+
 namespace onnxtrain {
 
 OpRegistry& OpRegistry::instance() {
@@ -23,6 +25,22 @@ bool OpRegistry::add_gradient(const std::string& domain, const std::string& op_t
   OT_CHECK(!gradients_.count(key(domain, op_type)), "gradient for ", op_type, " registered twice");
   gradients_[key(domain, op_type)] = rule;
   return true;
+}
+
+namespace {
+void zero_gradient(GradBuilder& g) {
+  for (int i = 0; i < g.num_inputs(); ++i)
+    if (g.needs_input_grad(i)) g.set_input_grad(i, g.zeros_like(g.input(i)));
+}
+}  // namespace
+
+bool OpRegistry::add_zero_gradient(const std::string& domain, const std::string& op_type) {
+  zero_gradients_[key(domain, op_type)] = true;
+  return add_gradient(domain, op_type, &zero_gradient);
+}
+
+bool OpRegistry::has_zero_gradient(const std::string& domain, const std::string& op_type) const {
+  return zero_gradients_.count(key(domain, op_type)) > 0;
 }
 
 const KernelFactory* OpRegistry::kernel(const std::string& domain, const std::string& op_type) const {

@@ -19,6 +19,10 @@ class OpRegistry {
 
   bool add_kernel(const std::string& domain, const std::string& op_type, KernelFactory factory);
   bool add_gradient(const std::string& domain, const std::string& op_type, GradientRule rule);
+  // Ops that ONNX's schema calls non-differentiable but PyTorch differentiates as constant zero
+  // (sign, round, floor, ceil): their outputs keep requires_grad and their gradient is zeros.
+  bool add_zero_gradient(const std::string& domain, const std::string& op_type);
+  bool has_zero_gradient(const std::string& domain, const std::string& op_type) const;
 
   const KernelFactory* kernel(const std::string& domain, const std::string& op_type) const;
   GradientRule gradient(const std::string& domain, const std::string& op_type) const;
@@ -31,6 +35,7 @@ class OpRegistry {
   static std::string key(const std::string& domain, const std::string& op_type);
   std::unordered_map<std::string, KernelFactory> kernels_;
   std::unordered_map<std::string, GradientRule> gradients_;
+  std::unordered_map<std::string, bool> zero_gradients_;
 };
 
 template <typename K>
@@ -50,6 +55,11 @@ inline KernelFactory kernel_factory(FunctionKernel::Fn fn) {
 #define ONNXTRAIN_KERNEL(domain, op_type, factory)                               \
   static const bool OT_CONCAT(ot_kernel_registered_, __COUNTER__) =             \
       ::onnxtrain::OpRegistry::instance().add_kernel(domain, op_type, factory)
+
+// ONNXTRAIN_ZERO_GRADIENT("", "Sign"): differentiable with gradient zero, as in PyTorch.
+#define ONNXTRAIN_ZERO_GRADIENT(domain, op_type)                                  \
+  static const bool OT_CONCAT(ot_zero_gradient_registered_, __COUNTER__) =       \
+      ::onnxtrain::OpRegistry::instance().add_zero_gradient(domain, op_type)
 
 // ONNXTRAIN_GRADIENT("", "Relu", relu_gradient): the rule emits the backward nodes.
 #define ONNXTRAIN_GRADIENT(domain, op_type, rule)                                \

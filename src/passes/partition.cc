@@ -114,6 +114,7 @@ TrainingGraph partition_training_graph(GradientGraph gg, const std::vector<std::
   tg.output_grad_inputs = gg.output_grad_inputs;
   tg.wrt = wrt;
   tg.wrt_grads = gg.wrt_grads;
+  tg.wrt_output_dependencies = gg.wrt_output_dependencies;
   tg.graph = std::move(g);
   return tg;
 }

@@ -32,6 +32,7 @@ struct TrainingGraph {
   std::vector<std::string> output_grad_inputs;       // parallel to differentiable_outputs
   std::vector<std::string> wrt;
   std::vector<std::string> wrt_grads;  // parallel to wrt; "" when no gradient reaches it
+  std::vector<std::vector<int>> wrt_output_dependencies;  // parallel to wrt: see GradientGraph
   std::vector<StashedValue> stashed;
 
   Graph forward_graph() const;   // forward part alone: outputs plus stash

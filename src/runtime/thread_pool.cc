@@ -27,11 +27,9 @@ int default_threads() {
 // keeps consecutive regions cheap, and an idle pool still sleeps soon after a step.
 constexpr auto kSpin = std::chrono::microseconds(200);
 
-std::mutex g_global_mutex;
-std::unique_ptr<ThreadPool>& global_slot() {
-  static std::unique_ptr<ThreadPool> pool;
-  return pool;
-}
+// A claim index beyond any chunk count: the claim word of a job being set up.
+constexpr uint64_t kClosedClaim = 0xFFFFFFFFu;
+
 }  // namespace
 
 unsigned enable_flush_denormal() {
@@ -42,12 +40,20 @@ unsigned enable_flush_denormal() {
 
 void restore_mxcsr(unsigned saved) { _mm_setcsr(saved); }
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads) { start_workers(num_threads); }
+
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::start_workers(int num_threads) {
   OT_CHECK(num_threads >= 1, "thread pool size must be at least 1, got ", num_threads);
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  stop_ = false;
+  // New workers start from the current job number, so they never take a finished job for a new one.
+  const uint64_t seen = generation_.load(std::memory_order_acquire);
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, seen] { worker_loop(seen); });
+  num_threads_.store(num_threads, std::memory_order_relaxed);
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -56,6 +62,16 @@ ThreadPool::~ThreadPool() {
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
+  num_threads_.store(1, std::memory_order_relaxed);
+}
+
+void ThreadPool::resize(int num_threads) {
+  OT_CHECK(num_threads >= 1, "thread pool size must be at least 1, got ", num_threads);
+  std::lock_guard<std::mutex> job_lock(job_mutex_);  // no job runs while the workers change
+  if (num_threads == this->num_threads()) return;
+  stop_workers();
+  start_workers(num_threads);
 }
 
 void ThreadPool::run_chunks(uint64_t generation) {
@@ -79,10 +95,9 @@ void ThreadPool::run_chunks(uint64_t generation) {
   }
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(uint64_t seen) {
   enable_flush_denormal();
   t_in_parallel = true;
-  uint64_t seen = 0;
   for (;;) {
     // Spin for the next job, then sleep until one is posted.
     const auto deadline = std::chrono::steady_clock::now() + kSpin;
@@ -110,6 +125,12 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   }
   const int64_t target = std::min<int64_t>(threads * 4, (n + grain - 1) / grain);
   std::lock_guard<std::mutex> job_lock(job_mutex_);
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  // Close the previous job's claims before its state is overwritten: a worker that read the old
+  // claim word just before the last chunk was taken would otherwise pass the bound check against
+  // the new chunk count and claim a chunk of the new job under the old generation, running it
+  // twice and miscounting done_.
+  claim_.store(((generation & 0xFFFFFFFFu) << 32) | kClosedClaim, std::memory_order_release);
   fn_ = &fn;
   n_ = n;
   chunk_ = (n + target - 1) / target;
@@ -117,7 +138,6 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   done_.store(0, std::memory_order_relaxed);
   failed_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
-  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
   claim_.store((generation & 0xFFFFFFFFu) << 32, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -134,17 +154,10 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
 }
 
 ThreadPool& ThreadPool::global() {
-  std::lock_guard<std::mutex> lock(g_global_mutex);
-  auto& slot = global_slot();
-  if (!slot) slot = std::make_unique<ThreadPool>(default_threads());
-  return *slot;
+  static ThreadPool pool(default_threads());
+  return pool;
 }
 
-void ThreadPool::set_num_threads(int n) {
-  std::lock_guard<std::mutex> lock(g_global_mutex);
-  auto& slot = global_slot();
-  if (slot && slot->num_threads() == n) return;
-  slot = std::make_unique<ThreadPool>(n);
-}
+void ThreadPool::set_num_threads(int n) { global().resize(n); }
 
 }  // namespace onnxtrain

@@ -20,25 +20,32 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  int num_threads() const { return num_threads_.load(std::memory_order_relaxed); }
+  // Changes the number of threads in place, between jobs: everything that holds the pool (the
+  // programs built so far) keeps a valid pool of the new size.
+  void resize(int num_threads);
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), each at least `grain` long unless
   // it is the last. Runs inline when n is small, the pool has one thread, or we are already
   // inside a parallel region.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-  // The process-wide pool. Its size comes from ONNXTRAIN_NUM_THREADS or set_num_threads.
+  // The process-wide pool, created once and never replaced. Its size comes from
+  // ONNXTRAIN_NUM_THREADS or set_num_threads, which resizes it.
   static ThreadPool& global();
   static void set_num_threads(int n);
 
  private:
-  void worker_loop();
+  void start_workers(int num_threads);
+  void stop_workers();
+  void worker_loop(uint64_t seen);
   // Claims and runs chunks of job `generation` until none is left. A worker that arrives late
   // (or belongs to an older job) claims nothing: the caller never waits for threads that never
   // showed up, only for chunks someone claimed.
   void run_chunks(uint64_t generation);
 
   std::vector<std::thread> workers_;
+  std::atomic<int> num_threads_{1};
   std::mutex job_mutex_;  // one job at a time when several callers share the pool
   std::mutex mutex_;      // guards sleeping_ and the wake-up
   std::condition_variable wake_;

@@ -55,7 +55,16 @@ std::vector<GradCase> cases() {
   return c;
 }
 
+// The vectorized float32 activations over lengths that are not multiples of the vector width.
+std::vector<GradCase> production_activation_cases() {
+  std::vector<GradCase> c;
+  for (const char* op : {"Sigmoid", "Tanh", "Relu", "Softplus", "HardSwish", "Elu"})
+    c.push_back({std::string("Production_") + op, op, "", {}, {random_tensor(F64, {5, 1003}, 500, -8, 8)}});
+  return c;
+}
+
 OT_GRAD_CASES(cases());
+OT_PRODUCTION_CASES(production_activation_cases());
 
 }  // namespace
 }  // namespace onnxtrain::testing

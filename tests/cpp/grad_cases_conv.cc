@@ -149,8 +149,62 @@ std::vector<GradCase> pool_cases() {
   return c;
 }
 
+// Real-model geometries with real-model data, for the float32 production paths (oneDNN's JIT
+// convolutions, the SIMD and blocked pooling loops): post-ReLU inputs with half their values
+// exactly zero, and sparse output gradients as a max pooling or ReLU downstream sends back.
+Tensor relu_data(const TensorShape& s, uint64_t seed) { return post_relu_tensor(F64, s, seed); }
+
+std::vector<GradCase> production_conv_and_pool_cases() {
+  std::vector<GradCase> c;
+  auto sparse = [](GradCase g) {
+    g.output_weight_zeros = 0.8;
+    return g;
+  };
+  // squeezenet1_1 Fire modules: 1x1 squeeze and 3x3 expand convolutions before a max pooling.
+  c.push_back(sparse({"Production_squeezenet_expand3x3", "Conv", "", {{"pads", ints({1, 1, 1, 1})}},
+                      {relu_data({2, 32, 7, 7}, 100), r({128, 32, 3, 3}, 101), r({128}, 102)}}));
+  c.push_back(sparse({"Production_squeezenet_squeeze1x1", "Conv", "", {},
+                      {relu_data({2, 256, 7, 7}, 103), r({32, 256, 1, 1}, 104), r({32}, 105)}}));
+  c.push_back({"Production_squeezenet_expand3x3_15", "Conv", "", {{"pads", ints({1, 1, 1, 1})}},
+               {relu_data({2, 16, 15, 15}, 106), r({64, 16, 3, 3}, 107), r({64}, 108)}});
+  // shufflenet_v2 and mobilenet: depthwise 3x3 at stride 2 and 1, channel counts off 16.
+  c.push_back({"Production_depthwise_stride2", "Conv", "",
+               {{"group", one(24)}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}},
+               {relu_data({2, 24, 16, 16}, 110), r({24, 1, 3, 3}, 111)}});
+  c.push_back(sparse({"Production_depthwise_stride1", "Conv", "", {{"group", one(48)}, {"pads", ints({1, 1, 1, 1})}},
+                      {r({2, 48, 8, 8}, 112), r({48, 1, 3, 3}, 113)}}));
+  // regnet_y: grouped 3x3 with 8 channels per group, and the 1x1 convolutions of its SE block.
+  c.push_back({"Production_regnet_grouped", "Conv", "", {{"group", one(13)}, {"pads", ints({1, 1, 1, 1})}},
+               {relu_data({2, 104, 8, 8}, 114), r({104, 8, 3, 3}, 115)}});
+  c.push_back({"Production_regnet_se_1x1", "Conv", "", {}, {relu_data({2, 104, 1, 1}, 116), r({26, 104, 1, 1}, 117),
+                                                             r({26}, 118)}});
+  // resnet stem: 7x7 stride 2 on three channels.
+  c.push_back({"Production_resnet_stem", "Conv", "", {{"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}},
+               {r({2, 3, 32, 32}, 119), r({16, 3, 7, 7}, 120)}});
+  // Pooling over post-ReLU data: ties among zeros in many windows.
+  c.push_back(sparse({"Production_maxpool_3x3_s2_ceil", "MaxPool", "",
+                      {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", one(1)}},
+                      {relu_data({2, 64, 15, 15}, 121)}}));
+  c.push_back({"Production_maxpool_3x3_s2_ceil_7", "MaxPool", "",
+               {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", one(1)}},
+               {relu_data({2, 256, 7, 7}, 122)}});
+  c.push_back({"Production_maxpool_3x3_s2_p1", "MaxPool", "",
+               {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}},
+               {relu_data({2, 24, 32, 32}, 123)}});
+  c.push_back(sparse({"Production_maxpool_2x2_simd", "MaxPool", "", {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}},
+                      {relu_data({2, 16, 28, 40}, 124)}}));
+  c.push_back({"Production_maxpool_2x2_odd_edges", "MaxPool", "", {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}},
+               {relu_data({2, 6, 13, 35}, 125)}});
+  c.push_back({"Production_averagepool_3x3_s2_p1", "AveragePool", "",
+               {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}},
+               {relu_data({2, 24, 16, 16}, 126)}});
+  c.push_back({"Production_global_average", "GlobalAveragePool", "", {}, {relu_data({2, 104, 7, 7}, 127)}});
+  return c;
+}
+
 OT_GRAD_CASES(conv_cases());
 OT_GRAD_CASES(pool_cases());
+OT_PRODUCTION_CASES(production_conv_and_pool_cases());
 
 }  // namespace
 }  // namespace onnxtrain::testing

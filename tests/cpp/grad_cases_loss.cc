@@ -74,7 +74,16 @@ std::vector<GradCase> cases() {
   return c;
 }
 
+// The LM head's loss: a 4096-way softmax cross-entropy over 256 rows, for the float32 comparison.
+std::vector<GradCase> production_loss_cases() {
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < 256; ++i) labels.push_back((i * 2654435761) % 4096);
+  return {{"Production_sce_vocab", "SoftmaxCrossEntropyLoss", "", loss_attrs("mean"),
+           {r({256, 4096}, 700, -4, 4), int64_tensor(labels, {256})}}};
+}
+
 OT_GRAD_CASES(cases());
+OT_PRODUCTION_CASES(production_loss_cases());
 
 // Runs one node on concrete inputs.
 std::vector<Tensor> run_node(const std::string& op, const std::string& domain, const AttributeMap& attrs,

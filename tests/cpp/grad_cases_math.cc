@@ -33,6 +33,10 @@ std::vector<GradCase> cases() {
   c.push_back({"Div_same_shape", "Div", "", {}, {r({2, 3}, 9), r({2, 3}, 10, 0.5, 2)}});
   c.push_back({"Div_broadcast", "Div", "", {}, {r({3, 1, 4}, 11), r({2, 1}, 12, 0.5, 2)}});
   c.push_back({"Neg", "Neg", "", {}, {r({3, 5}, 13)}});
+  // Zero gradients, as PyTorch gives sign and the roundings: values stay away from the jumps
+  // (integers for all, and half-integers for Round).
+  const Tensor off_jumps = Tensor::from_vector<double>({-1.8, -1.3, -0.7, -0.2, 0.3, 0.8, 1.2, 1.7}, {2, 4});
+  for (const char* op : {"Sign", "Floor", "Ceil", "Round"}) c.push_back({op, op, "", {}, {off_jumps}});
   c.push_back({"Sum_three_broadcast", "Sum", "", {}, {r({2, 3}, 14), r({3}, 15), r({2, 1}, 16)}});
   c.push_back({"Sum_single", "Sum", "", {}, {r({4}, 17)}});
 
@@ -155,10 +159,24 @@ std::vector<GradCase> cast_cases() {
   return c;
 }
 
+// GEMMs at sizes that take oneDNN's sgemm and split across threads (above 2e7 flops), and the
+// fast-math float32 exp and erf over whole vectors, for the float32 comparison.
+std::vector<GradCase> production_cases_math() {
+  std::vector<GradCase> c;
+  c.push_back({"Production_matmul_split", "MatMul", "", {}, {r({256, 192}, 300), r({192, 160}, 301)}});
+  c.push_back({"Production_matmul_batched_attention", "MatMul", "", {}, {r({2, 4, 64, 32}, 302), r({2, 4, 32, 64}, 303)}});
+  c.push_back({"Production_gemm_transposed_bias", "Gemm", "", gemm_attrs(0, 1, 1.0f, 1.0f),
+               {r({128, 384}, 304), r({256, 384}, 305), r({256}, 306)}});
+  c.push_back({"Production_exp", "Exp", "", {}, {r({3, 1001}, 307, -10, 10)}});
+  c.push_back({"Production_erf", "Erf", "", {}, {r({3, 1001}, 308, -4, 4)}});
+  return c;
+}
+
 OT_GRAD_CASES(cases());
 OT_GRAD_CASES(unary_cases());
 OT_GRAD_CASES(pow_clip_minmax_cases());
 OT_GRAD_CASES(cast_cases());
+OT_PRODUCTION_CASES(production_cases_math());
 
 }  // namespace
 }  // namespace onnxtrain::testing

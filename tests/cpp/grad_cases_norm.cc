@@ -111,10 +111,27 @@ std::vector<GradCase> resize_cases() {
   return c;
 }
 
+// BatchNorm at the tiny batches of the torchvision parity runs (two images) and LayerNorm over
+// long rows, for the float32 comparison.
+std::vector<GradCase> production_norm_cases() {
+  std::vector<GradCase> c;
+  const std::vector<bool> xsb = {true, true, true, false, false};
+  for (int64_t ch : {24, 104}) {
+    std::vector<Tensor> in{post_relu_tensor(F64, {2, ch, 8, 8}, 400 + ch), r({ch}, 401, 0.5, 1.5), r({ch}, 402),
+                           r({ch}, 403), r({ch}, 404, 0.5, 1.5)};
+    c.push_back({"Production_batchnorm_training_batch2_c" + std::to_string(ch), "BatchNormTraining", kOnnxTrainDomain,
+                 attrs({{"momentum", f(0.9f)}}), in, xsb, 1});
+  }
+  c.push_back({"Production_layernorm_rows_768", "LayerNormalization", "", {},
+               {r({2, 33, 768}, 405, -3, 3), r({768}, 406, 0.5, 1.5), r({768}, 407)}});
+  return c;
+}
+
 OT_GRAD_CASES(batch_norm_cases());
 OT_GRAD_CASES(layer_instance_norm_cases());
 OT_GRAD_CASES(dropout_cases());
 OT_GRAD_CASES(resize_cases());
+OT_PRODUCTION_CASES(production_norm_cases());
 
 // ---- Parity with PyTorch and properties the finite differences cannot see ----
 

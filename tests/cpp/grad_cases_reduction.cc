@@ -102,7 +102,18 @@ std::vector<GradCase> softmax_cases() {
   return c;
 }
 
+// Softmax over a vocabulary-sized row and ReduceMax over post-ReLU data (ties among zeros), for
+// the float32 comparison.
+std::vector<GradCase> production_reduction_cases() {
+  std::vector<GradCase> c;
+  c.push_back({"Production_softmax_vocab", "Softmax", "", {}, {r({8, 4097}, 600, -6, 6)}});
+  c.push_back({"Production_logsoftmax_vocab", "LogSoftmax", "", {}, {r({8, 4097}, 601, -6, 6)}});
+  c.push_back({"Production_reducemax_ties", "ReduceMax", "", {}, {post_relu_tensor(DType::Float64, {4, 9, 33}, 602)}});
+  return c;
+}
+
 OT_GRAD_CASES(softmax_cases());
+OT_PRODUCTION_CASES(production_reduction_cases());
 
 std::vector<GradCase> scan_cases() {
   std::vector<GradCase> c;

@@ -59,12 +59,13 @@ void hard_swish(KernelContext& ctx) {
 }
 
 // HardSwishGrad(dY, X) as PyTorch's hardswish_backward: 0 below -3, x/3 + 1/2 on [-3, 3]
-// (both ends included), 1 above.
+// (both ends included), 1 above; NaN takes the middle branch and stays NaN, as in PyTorch's
+// vectorized kernel.
 void hard_swish_grad(KernelContext& ctx) {
   float_binary(ctx, "HardSwishGrad", [](auto dy, auto x) {
     using T = decltype(dy);
     if (x < T(-3)) return T(0);
-    return x <= T(3) ? dy * (x / T(3) + T(0.5)) : dy;
+    return x > T(3) ? dy : dy * (x / T(3) + T(0.5));
   });
 }
 

@@ -1,4 +1,5 @@
-// Relu, and ReluGrad (dX = dY where Y > 0) which its gradient uses.
+// Relu, and ReluGrad (dX = dY except where Y <= 0) which its gradient uses. Both are written as
+// PyTorch's threshold ops are, so that NaN passes through: relu(NaN) = NaN and its gradient is dY.
 #include "autodiff/grad_builder.h"
 #include "ops/common/elementwise.h"
 #include "ops/registry.h"
@@ -9,7 +10,7 @@ namespace {
 void relu(KernelContext& ctx) {
   dispatch_numeric(ctx.input(0).dtype(), "Relu", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    unary_kernel<T>(ctx, [](T x) { return x > T(0) ? x : T(0); });
+    unary_kernel<T>(ctx, [](T x) { return x <= T(0) ? T(0) : x; });
   });
 }
 
@@ -17,7 +18,7 @@ void relu(KernelContext& ctx) {
 void relu_grad(KernelContext& ctx) {
   dispatch_float(ctx.input(0).dtype(), "ReluGrad", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    binary_kernel<T>(ctx, [](T dy, T y) { return y > T(0) ? dy : T(0); });
+    binary_kernel<T>(ctx, [](T dy, T y) { return y <= T(0) ? T(0) : dy; });
   });
 }
 

@@ -24,14 +24,19 @@ T bound_input(KernelContext& ctx, int i, T fallback, const char* name) {
 class ClipKernel final : public Kernel {
  public:
   explicit ClipKernel(const KernelInfo& info) : attr_bounds_(info.opset < 11) {
-    lo_ = info.node.attr_float("min", std::numeric_limits<float>::lowest());
-    hi_ = info.node.attr_float("max", std::numeric_limits<float>::max());
+    lo_ = info.node.attr_float("min", -std::numeric_limits<float>::infinity());
+    hi_ = info.node.attr_float("max", std::numeric_limits<float>::infinity());
   }
 
   void compute(KernelContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     dispatch_numeric(x.dtype(), "Clip", [&](auto tag) {
       using T = typename decltype(tag)::type;
+      // A missing bound is no bound: infinite for floats, so that +-inf pass through unclipped.
+      constexpr T kLowest = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                                  : std::numeric_limits<T>::lowest();
+      constexpr T kHighest = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                                   : std::numeric_limits<T>::max();
       T lo, hi;
       if (attr_bounds_) {
         if constexpr (std::is_floating_point_v<T>) {
@@ -41,8 +46,8 @@ class ClipKernel final : public Kernel {
           OT_THROW("Clip before opset 11 takes float inputs only, got ", x.str());
         }
       } else {
-        lo = bound_input<T>(ctx, 1, std::numeric_limits<T>::lowest(), "min");
-        hi = bound_input<T>(ctx, 2, std::numeric_limits<T>::max(), "max");
+        lo = bound_input<T>(ctx, 1, kLowest, "min");
+        hi = bound_input<T>(ctx, 2, kHighest, "max");
       }
       unary_kernel<T>(ctx, [lo, hi](T v) {
         T a = v < lo ? lo : v;

@@ -1,5 +1,6 @@
-// Unary math: Abs, Sign, Exp, Log, Sqrt, Reciprocal, Erf with gradients, and the forward-only
-// roundings Floor, Ceil, Round (their derivative is zero wherever it exists).
+// Unary math: Abs, Exp, Log, Sqrt, Reciprocal, Erf with gradients, and Sign and the roundings
+// Floor, Ceil, Round, whose derivative is zero wherever it exists: PyTorch gives them a zero
+// gradient (outputs that still require grad), so they get one here too.
 #include "autodiff/grad_builder.h"
 #include "ops/math/fast_math.h"
 #include "ops/math/float_kernels.h"
@@ -22,11 +23,11 @@ void abs_kernel(KernelContext& ctx) {
   });
 }
 
-// NaN and signed zeros pass through (numpy's sign keeps NaN).
+// PyTorch's sign, (0 < x) - (x < 0): NaN and both zeros give 0.
 void sign_kernel(KernelContext& ctx) {
   dispatch_numeric(ctx.input(0).dtype(), "Sign", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    unary_kernel<T>(ctx, [](T x) { return x > T(0) ? T(1) : x < T(0) ? static_cast<T>(-1) : x; });
+    unary_kernel<T>(ctx, [](T x) { return x > T(0) ? T(1) : x < T(0) ? static_cast<T>(-1) : T(0); });
   });
 }
 
@@ -127,5 +128,9 @@ ONNXTRAIN_GRADIENT("", "Log", log_gradient);
 ONNXTRAIN_GRADIENT("", "Sqrt", sqrt_gradient);
 ONNXTRAIN_GRADIENT("", "Reciprocal", reciprocal_gradient);
 ONNXTRAIN_GRADIENT("", "Erf", erf_gradient);
+ONNXTRAIN_ZERO_GRADIENT("", "Sign");
+ONNXTRAIN_ZERO_GRADIENT("", "Floor");
+ONNXTRAIN_ZERO_GRADIENT("", "Ceil");
+ONNXTRAIN_ZERO_GRADIENT("", "Round");
 
 }  // namespace onnxtrain

@@ -79,7 +79,12 @@ class BatchNormKernel final : public Kernel {
     norm::read_channel_param<T>(ctx.input(4), C, flavor_ == Flavor::Onnx ? "input_var" : "running_var", in_var);
 
     const int64_t count = l.per_channel();
-    if (training_) {
+    // An empty batch normalizes nothing and, as in PyTorch, leaves the running statistics alone.
+    const bool empty = count == 0;
+    if (training_ && empty) {
+      std::fill(mean, mean + C, 0.0);
+      std::fill(var, var + C, 0.0);
+    } else if (training_) {
       // PyTorch refuses this too ("Expected more than 1 value per channel when training"): the
       // unbiased variance of its running statistics would divide by zero.
       if (flavor_ == Flavor::TorchTraining)
@@ -100,8 +105,9 @@ class BatchNormKernel final : public Kernel {
 
     // Running statistics: ONNX's convention, running * momentum + batch * (1 - momentum). ONNX
     // updates the variance with the batch (population) variance; PyTorch with the unbiased one.
-    const double mom = momentum_;
-    const double unbias = flavor_ == Flavor::TorchTraining ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+    const double mom = empty ? 1.0 : momentum_;
+    const double unbias =
+        flavor_ == Flavor::TorchTraining && !empty ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
     auto write = [&](int i, auto value_of) {
       if (!ctx.output_needed(i)) return;
       const Tensor& like = ctx.input(i == 1 || i == 3 ? 3 : 4);
@@ -127,10 +133,6 @@ class BatchNormKernel final : public Kernel {
   bool spatial_ = true;
 };
 
-std::string zeros_like(GradBuilder& g, const std::string& v) {
-  return g.op("Expand", {g.scalar_like(0.0, v), g.shape_of(v)});
-}
-
 void set_grads(GradBuilder& g, const std::vector<std::string>& grads) {
   for (int i = 0; i < static_cast<int>(grads.size()); ++i)
     if (g.needs_input_grad(i)) g.set_input_grad(i, grads[static_cast<size_t>(i)]);
@@ -154,7 +156,7 @@ void training_gradient(GradBuilder& g, bool use_saved) {
   }
   std::vector<std::string> d = g.op_multi("BatchNormGrad", inputs, 3, attrs, kOnnxTrainDomain);
   for (int i = 3; i < 5; ++i)
-    if (g.needs_input_grad(i)) d.push_back(zeros_like(g, g.input(i)));
+    if (g.needs_input_grad(i)) d.push_back(g.zeros_like(g.input(i)));
     else d.push_back("");
   set_grads(g, d);
 }

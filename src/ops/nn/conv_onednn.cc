@@ -216,6 +216,7 @@ namespace {
 // runs a chunk. False when oneDNN has no JIT kernel for the geometry.
 template <typename Body>
 bool run_chunked(KernelContext& ctx, const ConvGeometry& g, Pass pass, bool bias, const float* w, Body body) {
+  if (g.batch == 0) return false;  // oneDNN rejects empty batches; im2col handles them
   // oneDNN sizes its work split by the OpenMP thread count when a primitive is created: one.
   SingleThreadedOpenMP one_thread;
   ThreadPool& pool = ctx.threads();
@@ -273,6 +274,7 @@ bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const 
 
 bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* dy,
                                   float* dw) {
+  if (g.batch == 0) return false;  // oneDNN rejects empty batches; im2col handles them
   // oneDNN sizes its work split by the OpenMP thread count when a primitive is created: one.
   SingleThreadedOpenMP one_thread;
   ThreadPool& pool = ctx.threads();

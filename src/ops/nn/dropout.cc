@@ -1,55 +1,35 @@
 // Dropout (opsets 7-13) and ai.onnxtrain::DropoutGrad, which its gradient rule uses.
 //
-// The training-mode mask comes from a counter-based generator: element i is kept iff
-// hash(key, i) < threshold, the key derived from ctx.random_seed() (and the `seed` attribute when
-// given). No generator state is carried from element to element, so every element is independent
-// of the thread split and the loop vectorizes (32-bit multiplies and shifts only).
+// The training-mode mask comes from the counter-based generator (ops/common/counter_rng.h):
+// element i is kept iff bits(key, i) < threshold, the key derived from ctx.random_seed() (and the
+// `seed` attribute when given).
 #include <cmath>
 #include <cstring>
 
 #include "autodiff/grad_builder.h"
+#include "ops/common/counter_rng.h"
 #include "ops/common/elementwise.h"
 #include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
 
-// A 32-bit avalanche mix (bijective; every input bit reaches every output bit).
-inline uint32_t mix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  x ^= x >> 16;
-  return x;
-}
-
-// Two keyed rounds: with one round, two keys would give the same sequence shifted by an offset.
-inline uint32_t mask_bits(uint32_t i, uint32_t k0, uint32_t k1) { return mix32(mix32(i * 0x9E3779B9U + k0) ^ k1); }
-
-// Elements per block: blocks are aligned, so the high half of a 64-bit index is constant in one.
-constexpr int64_t kMaskBlock = 4096;
-
 struct MaskKey {
-  uint32_t k0, k1;
+  rng::Key key;
   uint64_t threshold;  // keep iff bits < threshold; 2^32 keeps everything
 };
 
 // Keep probability threshold / 2^32 is within 2^-33 of 1 - ratio.
 MaskKey mask_key(uint64_t seed, double ratio) {
-  MaskKey k;
-  k.k0 = static_cast<uint32_t>(seed);
-  k.k1 = static_cast<uint32_t>(seed >> 32);
-  k.threshold = static_cast<uint64_t>(std::llround((1.0 - ratio) * 4294967296.0));
-  return k;
+  return {rng::key_of(seed), static_cast<uint64_t>(std::llround((1.0 - ratio) * 4294967296.0))};
 }
 
 // y = x * (keep ? scale : 0) and mask = keep, for elements [b, e) of one aligned block.
 // Multiplying (rather than selecting 0) propagates NaN from dropped elements, as PyTorch does.
 template <typename T, bool kWriteMask>
 void dropout_block(const T* x, T* y, bool* mask, int64_t b, int64_t e, const MaskKey& key, T scale) {
-  const uint32_t hi = static_cast<uint32_t>(static_cast<uint64_t>(b) >> 32);
-  const uint32_t k0 = key.k0, k1 = hi == 0 ? key.k1 : key.k1 ^ mix32(hi + 0x632be5abU);
+  const rng::Key k = rng::block_key(key.key, b);
+  const uint32_t k0 = k.k0, k1 = k.k1;
   if (key.threshold >= (uint64_t{1} << 32)) {
     for (int64_t i = b; i < e; ++i) y[i] = x[i] * scale;
     if (kWriteMask) std::memset(mask + b, 1, static_cast<size_t>(e - b));
@@ -57,7 +37,7 @@ void dropout_block(const T* x, T* y, bool* mask, int64_t b, int64_t e, const Mas
   }
   const uint32_t thr = static_cast<uint32_t>(key.threshold);
   for (int64_t i = b; i < e; ++i) {
-    const bool keep = mask_bits(static_cast<uint32_t>(i), k0, k1) < thr;
+    const bool keep = rng::bits(static_cast<uint32_t>(i), k0, k1) < thr;
     y[i] = x[i] * (keep ? scale : T(0));
     if (kWriteMask) mask[i] = keep;
   }
@@ -112,10 +92,10 @@ class DropoutKernel final : public Kernel {
       T* py = ctx.allocate_output(0, x.dtype(), x.shape()).template data<T>();
       bool* pm = want_mask ? ctx.allocate_output(1, DType::Bool, x.shape()).template data<bool>() : nullptr;
       const int64_t n = x.numel();
-      const int64_t blocks = (n + kMaskBlock - 1) / kMaskBlock;
-      ctx.threads().parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / kMaskBlock), [&](int64_t b0, int64_t b1) {
+      const int64_t blocks = (n + rng::kBlock - 1) / rng::kBlock;
+      ctx.threads().parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / rng::kBlock), [&](int64_t b0, int64_t b1) {
         for (int64_t blk = b0; blk < b1; ++blk) {
-          const int64_t b = blk * kMaskBlock, e = std::min(n, b + kMaskBlock);
+          const int64_t b = blk * rng::kBlock, e = std::min(n, b + rng::kBlock);
           if (pm) dropout_block<T, true>(px, py, pm, b, e, key, scale);
           else dropout_block<T, false>(px, py, nullptr, b, e, key, scale);
         }

@@ -233,7 +233,7 @@ void layer_norm_gradient(GradBuilder& g) {
   if (g.needs_input_grad(1)) g.set_input_grad(1, d[1]);
   if (g.needs_input_grad(2)) {
     std::string db = d[2];
-    if (!same_declared_shape(g, g.input(1), g.input(2))) db = g.op("Reshape", {db, g.shape_of(g.input(2))});
+    if (!same_declared_shape(g, g.input(1), g.input(2))) db = g.op("Reshape", {db, g.shape_of(g.input(2))}, {{"allowzero", Attribute::of_int(1)}});
     g.set_input_grad(2, db);
   }
 }

@@ -82,8 +82,12 @@ void build_taps(const Options& o, const Geometry& g, int a, AxisTaps& t) {
     if (o.mode == Mode::Nearest) {
       first = round_nearest(o.rounding, x);
     } else {
-      const double f = std::floor(x);
-      const double frac = x - f;
+      // Linear: PyTorch clamps a negative source coordinate to 0 and still reads the next
+      // element with weight 0, so that an Inf or NaN there gives NaN as in eager. For finite
+      // values this is the spec's edge padding.
+      const double xs = o.mode == Mode::Linear && x < 0 ? 0.0 : x;
+      const double f = std::floor(xs);
+      const double frac = xs - f;
       if (o.mode == Mode::Linear) {
         first = static_cast<int64_t>(f);
         wd[0] = 1 - frac;

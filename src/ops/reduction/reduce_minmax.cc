@@ -75,8 +75,11 @@ void reduce_extremum_grad(KernelContext& ctx) {
     T* count = share.template data<T>();
     reduce_axes(ctx.threads(), mask.template data<T>(), groups, count, extra ? mem + n + m : nullptr, SumOp<T>{});
     const T* pdy = dy.data<T>();
-    for (int64_t i = 0; i < m; ++i) count[i] = count[i] > T(0) ? pdy[i] / count[i] : T(0);
-    map_over_input<T>(ctx.threads(), x, share, y, dx, [](T xv, T s, T yv) { return xv == yv ? s : T(0); });
+    // PyTorch's scale_grad_by_count: (dY / count) * mask. A NaN extremum equals nothing, so its
+    // group has count 0 and its whole gradient is NaN, as in eager.
+    for (int64_t i = 0; i < m; ++i) count[i] = pdy[i] / count[i];
+    map_over_input<T>(ctx.threads(), x, share, y, dx,
+                      [](T xv, T s, T yv) { return s * (xv == yv ? T(1) : T(0)); });
   });
 }
 

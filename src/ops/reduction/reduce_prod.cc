@@ -1,4 +1,6 @@
 // ReduceProd and its gradient, exact when elements are 0 (where Y / X would divide by zero).
+#include <vector>
+
 #include "autodiff/grad_builder.h"
 #include "ops/reduction/reduce_common.h"
 #include "ops/registry.h"
@@ -13,21 +15,6 @@ struct ProdOp {
   T combine(T a, T b) const { return a * b; }
 };
 
-// The product of the nonzero elements, and the number of zeros.
-template <typename T>
-struct ProdNonzeroOp {
-  T identity = T(1);
-  T pre(T v) const { return v == T(0) ? T(1) : v; }
-  T combine(T a, T b) const { return a * b; }
-};
-
-template <typename T>
-struct CountZerosOp {
-  T identity = T(0);
-  T pre(T v) const { return v == T(0) ? T(1) : T(0); }
-  T combine(T a, T b) const { return a + b; }
-};
-
 struct ReduceProdImpl {
   static constexpr const char* kName = "ReduceProd";
   static constexpr int kAxesInputSince = kReduceAxesInputSince;
@@ -39,36 +26,83 @@ struct ReduceProdImpl {
   }
 };
 
-// Inputs: dY (keepdims-shaped), X. Per reduced group with P the product of its nonzero elements:
-// no zero: dX = dY P / X; one zero: dX = dY P at the zero and 0 elsewhere; more: dX = 0.
-// This is the product of the other elements in every case, as PyTorch's prod backward computes.
+// For every element of X, the flat offsets of the elements of its reduced group, in row-major
+// order: `relative` is the same for every group, `base` differs per output element.
+struct GroupOffsets {
+  std::vector<int64_t> relative, base;
+};
+
+GroupOffsets group_offsets(const TensorShape& shape, const std::vector<bool>& reduce) {
+  const int rank = shape.rank();
+  std::vector<int64_t> stride(static_cast<size_t>(rank), 1);
+  for (int d = rank - 2; d >= 0; --d) stride[static_cast<size_t>(d)] = stride[static_cast<size_t>(d) + 1] * shape[d + 1];
+  GroupOffsets g;
+  g.relative.push_back(0);
+  g.base.push_back(0);
+  // Each dim multiplies one of the two lists, innermost last so that both stay row-major.
+  for (int d = 0; d < rank; ++d) {
+    std::vector<int64_t>& list = reduce[static_cast<size_t>(d)] ? g.relative : g.base;
+    std::vector<int64_t> grown;
+    grown.reserve(list.size() * static_cast<size_t>(shape[d]));
+    for (int64_t v : list)
+      for (int64_t i = 0; i < shape[d]; ++i) grown.push_back(v + i * stride[static_cast<size_t>(d)]);
+    list.swap(grown);
+  }
+  return g;
+}
+
+// Inputs: dY (keepdims-shaped), X, Y. PyTorch's prod backward, branch for branch, so that zeros,
+// infinities and NaN give eager's numbers: with no zero anywhere in X, dX = dY * Y / X; otherwise
+// dX is dY times the product of the other elements of the group (prefix times suffix product).
 void reduce_prod_grad(KernelContext& ctx) {
   const Tensor& dy = ctx.input(0);
   const Tensor& x = ctx.input(1);
+  const Tensor& y = ctx.input(2);
   Tensor& dx = ctx.allocate_output(0, x.dtype(), x.shape());
-  ReduceGroups groups = reduce_groups(x.shape(), axes_to_reduce_to(x.shape(), dy.shape(), "ReduceProdGrad"));
+  const std::vector<bool> reduce = axes_to_reduce_to(x.shape(), dy.shape(), "ReduceProdGrad");
   dispatch_float(x.dtype(), "ReduceProdGrad", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const int64_t m = dy.numel(), extra = reduce_scratch_elems(groups);
-    T* mem = static_cast<T*>(ctx.scratch(static_cast<size_t>(2 * m + extra) * sizeof(T)));
-    T* scaled = mem;
-    T* zeros = mem + m;
-    T* tmp = extra ? mem + 2 * m : nullptr;
-    reduce_axes(ctx.threads(), x.data<T>(), groups, scaled, tmp, ProdNonzeroOp<T>{});
-    reduce_axes(ctx.threads(), x.data<T>(), groups, zeros, tmp, CountZerosOp<T>{});
+    const T* px = x.data<T>();
     const T* pdy = dy.data<T>();
-    for (int64_t i = 0; i < m; ++i) scaled[i] *= pdy[i];
-    Tensor a(x.dtype(), dy.shape(), scaled), b(x.dtype(), dy.shape(), zeros);
-    map_over_input<T>(ctx.threads(), x, a, b, dx, [](T xv, T s, T z) {
-      if (z == T(0)) return s / xv;
-      return z == T(1) && xv == T(0) ? s : T(0);
-    });
+    const T* py = y.data<T>();
+    T* pdx = dx.data<T>();
+    const int64_t n = x.numel();
+    bool any_zero = false;
+    for (int64_t i = 0; i < n; ++i) any_zero = any_zero || px[i] == T(0);
+    const GroupOffsets groups = group_offsets(x.shape(), reduce);
+    const int64_t size = static_cast<int64_t>(groups.relative.size());
+    ctx.threads().parallel_for(static_cast<int64_t>(groups.base.size()), std::max<int64_t>(1, (1 << 14) / size),
+                               [&](int64_t o0, int64_t o1) {
+                                 std::vector<T> prefix(static_cast<size_t>(size));
+                                 for (int64_t o = o0; o < o1; ++o) {
+                                   const int64_t base = groups.base[static_cast<size_t>(o)];
+                                   if (!any_zero) {
+                                     for (int64_t k = 0; k < size; ++k) {
+                                       const int64_t at = base + groups.relative[static_cast<size_t>(k)];
+                                       pdx[at] = pdy[o] * (py[o] / px[at]);
+                                     }
+                                     continue;
+                                   }
+                                   T run = T(1);
+                                   for (int64_t k = 0; k < size; ++k) {
+                                     prefix[static_cast<size_t>(k)] = run;
+                                     run *= px[base + groups.relative[static_cast<size_t>(k)]];
+                                   }
+                                   run = T(1);
+                                   for (int64_t k = size; k-- > 0;) {
+                                     const int64_t at = base + groups.relative[static_cast<size_t>(k)];
+                                     pdx[at] = pdy[o] * (prefix[static_cast<size_t>(k)] * run);
+                                     run *= px[at];
+                                   }
+                                 }
+                               });
   });
 }
 
 void reduce_prod_gradient(GradBuilder& g) {
   std::string dy = reduced_keepdims(g, g.output_grad(0), kReduceAxesInputSince);
-  g.set_input_grad(0, g.op("ReduceProdGrad", {dy, g.input(0)}, {}, kOnnxTrainDomain));
+  std::string y = reduced_keepdims(g, g.output(0), kReduceAxesInputSince);
+  g.set_input_grad(0, g.op("ReduceProdGrad", {dy, g.input(0), y}, {}, kOnnxTrainDomain));
 }
 
 }  // namespace

@@ -173,9 +173,7 @@ void scatter_elements_gradient(GradBuilder& g) {
     if (reduction == ScatterReduction::Add) {
       g.set_input_grad(0, dy);
     } else {
-      Tensor zero = Tensor::zeros(g.dtype_of(g.input(0)), {1});
-      std::string zeros = g.op("ConstantOfShape", {g.shape_of(g.input(1))}, {{"value", Attribute::of_tensor(zero)}});
-      g.set_dtype(zeros, zero.dtype());
+      std::string zeros = g.zeros_like(g.input(1), g.dtype_of(g.input(0)));
       std::string dx = g.op("ScatterElements", {dy, g.input(1), zeros}, axis);
       same_dtype(g, dx, g.input(0));
       g.set_input_grad(0, dx);

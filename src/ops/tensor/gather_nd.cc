@@ -194,9 +194,7 @@ void scatter_nd_gradient(GradBuilder& g) {
     if (reduction == ScatterReduction::Add) {
       g.set_input_grad(0, dy);
     } else {
-      Tensor zero = Tensor::zeros(g.dtype_of(g.input(0)), {1});
-      std::string zeros = g.op("ConstantOfShape", {g.shape_of(g.input(2))}, {{"value", Attribute::of_tensor(zero)}});
-      g.set_dtype(zeros, zero.dtype());
+      std::string zeros = g.zeros_like(g.input(2), g.dtype_of(g.input(0)));
       std::string dx = g.op("ScatterND", {dy, g.input(1), zeros});
       same_dtype(g, dx, g.input(0));
       g.set_input_grad(0, dx);

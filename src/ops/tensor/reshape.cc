@@ -132,7 +132,8 @@ void identity_gradient(GradBuilder& g) { g.set_input_grad(0, g.output_grad(0)); 
 
 // Reshape, Flatten, Squeeze, Unsqueeze: the gradient is dY reshaped to X's shape.
 void reshape_like_gradient(GradBuilder& g) {
-  g.set_input_grad(0, g.op("Reshape", {g.output_grad(0), g.shape_of(g.input(0))}));
+  // allowzero: a 0 in the input's shape is an empty dim, not "copy this dim".
+  g.set_input_grad(0, g.op("Reshape", {g.output_grad(0), g.shape_of(g.input(0))}, {{"allowzero", Attribute::of_int(1)}}));
 }
 
 }  // namespace
