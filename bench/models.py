@@ -57,33 +57,71 @@ def _classifier_batch(x_shape, classes):
     return make
 
 
+def _torchvision(make, shape, classes=10):
+    """A torchvision model with its classifier, random init; dropout as the zoo entry says."""
+    def build(dropout):
+        import torchvision  # deferred: the MLP entries do not need it
+
+        net = make(torchvision, classes)
+        for m in net.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = dropout
+        return Classifier(net)
+    return dict(build=build, batch_fn=_classifier_batch(shape, classes), batch=shape[0])
+
+
+def _vit(tv, classes):
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=64, patch_size=8, num_layers=6, num_heads=6, hidden_dim=384, mlp_dim=1536,
+                             num_classes=classes)
+
+
+# Each entry: title, batch, build(dropout) -> module returning the loss, batch_fn(generator), and
+# the timed and warm-up steps per benchmark process (fewer for the slow models, about 5-10 s each).
 ZOO = {
-    "mlp_small": dict(
+    "mlp_small": dict(steps=30, warmup=5, 
         title="MLP 784-512-256-10", batch=64,
         build=lambda dropout: Classifier(nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
                                                        nn.Linear(256, 10))),
         batch_fn=_classifier_batch((64, 784), 10)),
-    "mlp_large": dict(
+    "demo_mlp": dict(steps=30, warmup=5, 
+        title="demo: digits MLP 64-256-128-10", batch=64,
+        build=lambda dropout: Classifier(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                                                       nn.Linear(128, 10))),
+        batch_fn=_classifier_batch((64, 64), 10)),
+    "mlp_large": dict(steps=10, warmup=3, 
         title="MLP 1024-4096-4096-1024", batch=256,
         build=lambda dropout: Classifier(nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096),
                                                        nn.ReLU(), nn.Linear(4096, 1024))),
         batch_fn=_classifier_batch((256, 1024), 1024)),
-    "cnn": dict(
+    "cnn": dict(steps=30, warmup=5, 
         title="LeNet CNN + BatchNorm + Dropout, 1x28x28", batch=64,
         build=lambda dropout: Classifier(LeNet(dropout)),
         batch_fn=_classifier_batch((64, 1, 28, 28), 10)),
-    "transformer": dict(
+    "transformer": dict(steps=10, warmup=3, 
         title="2-layer TransformerEncoder d256 h4 ff2048 seq128", batch=16,
         build=lambda dropout: Classifier(TransformerClassifier(dropout)),
         batch_fn=_classifier_batch((16, 128, 256), 10)),
-    "lm_head": dict(
+    "lm_head": dict(steps=15, warmup=3, 
         title="Embedding(4096,256)+LayerNorm+GELU+Linear LM head, seq 64", batch=32,
         build=lambda dropout: LanguageModelHead(),
         batch_fn=lambda gen: (torch.randint(0, 4096, (32, 64), generator=gen),
                               torch.randint(0, 4096, (32, 64), generator=gen))),
+    "resnet18": dict(steps=10, warmup=3, title="torchvision resnet18, 3x112x112",
+                     **_torchvision(lambda tv, c: tv.models.resnet18(num_classes=c), (8, 3, 112, 112))),
+    "mobilenet_v3_small": dict(steps=15, warmup=3, title="torchvision mobilenet_v3_small, 3x112x112",
+                               **_torchvision(lambda tv, c: tv.models.mobilenet_v3_small(num_classes=c),
+                                              (16, 3, 112, 112))),
+    "convnext_tiny": dict(steps=10, warmup=3, title="torchvision convnext_tiny, 3x64x64",
+                          **_torchvision(lambda tv, c: tv.models.convnext_tiny(num_classes=c), (8, 3, 64, 64))),
+    "vit": dict(steps=6, warmup=2, title="VisionTransformer 64/8, 6 layers, 6 heads, d384, mlp 1536",
+                **_torchvision(_vit, (16, 3, 64, 64))),
 }
 
-DEFAULT_DROPOUT = {"cnn": 0.5, "transformer": 0.1}
+# Dropout in the timed runs (the loss-agreement runs use 0); the torchvision models keep their own
+# defaults of stochastic depth.
+DEFAULT_DROPOUT = {"cnn": 0.5, "transformer": 0.1, "mobilenet_v3_small": 0.2, "vit": 0.0}
 
 
 def build(name, dropout=None):
@@ -92,10 +130,30 @@ def build(name, dropout=None):
     return entry["build"](p)
 
 
-def train_flops(name, model):
-    """Approximate training FLOPs per step: 3x the forward's multiply-adds, times 2."""
-    if name.startswith("mlp"):
-        layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
-        batch = ZOO[name]["batch"]
-        return sum(6.0 * batch * m.in_features * m.out_features for m in layers)
-    return None
+def train_flops(model, batch):
+    """GEMM and convolution FLOPs of one training step: every matrix product PyTorch runs in
+    forward and backward (counted by its profiler, which sees the backward's mm/bmm calls), plus
+    for each convolution its forward, its weight gradient and, unless its input needs no
+    gradient, its data gradient. The same for both contenders: it is the work, not a measurement."""
+    from torch.profiler import ProfilerActivity, profile
+
+    conv_flops = []
+
+    def on_conv(module, inputs, output):
+        x = inputs[0]
+        per_pass = 2.0 * output.numel() * (module.in_channels // module.groups) * \
+            torch.tensor(module.kernel_size).prod().item()
+        passes = 2 + (1 if x.requires_grad else 0)
+        conv_flops.append(per_pass * passes)
+
+    hooks = [m.register_forward_hook(on_conv) for m in model.modules() if isinstance(m, nn.modules.conv._ConvNd)]
+    try:
+        with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+            loss = model(*batch)
+            loss.backward()
+    finally:
+        for h in hooks:
+            h.remove()
+    model.zero_grad(set_to_none=True)
+    gemm = sum(e.flops for e in prof.events() if e.flops and e.name in ("aten::mm", "aten::addmm", "aten::bmm"))
+    return gemm + sum(conv_flops)

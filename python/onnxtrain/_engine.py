@@ -37,7 +37,8 @@ class TrainingRun:
         wrt = [n for n, r in zip(names, requires_grad) if r]
         start = time.perf_counter()
         user_outputs = graphs.output_names[:graphs.exported.num_user_outputs]
-        self.session = _C.TrainingSession(graphs.exported.model_bytes, wrt, user_outputs, graphs.check_finite)
+        self.session = _C.TrainingSession(graphs.exported.model_bytes, wrt, user_outputs, graphs.check_finite,
+                                          graphs.opt_level)
         self.build_seconds = time.perf_counter() - start
         self.wrt_positions = [names.index(n) for n in self.session.wrt]
         outputs = self.session.forward_outputs
@@ -89,6 +90,8 @@ class Graphs:
         self.name = name
         self.training = training
         self.check_finite = debug_options.check_finite
+        level = debug_options.optimization_level
+        self.opt_level = -1 if level is None else level
         self.debug_options = debug_options
         self.input_names = exported.input_names
         self.output_names = exported.output_names
@@ -148,7 +151,7 @@ class Graphs:
     def infer(self, tensors):
         if self._inference is None:
             start = time.perf_counter()
-            self._inference = _C.InferenceSession(self.exported.model_bytes, self.check_finite)
+            self._inference = _C.InferenceSession(self.exported.model_bytes, self.check_finite, self.opt_level)
             logger.info("onnxtrain: built the forward-only graph of %s in %.1f ms", self.name,
                         1e3 * (time.perf_counter() - start))
         seed = draw_seed() if self.has_randomness else 0

@@ -26,6 +26,9 @@ class DebugOptions:
     save_path: str = ""
     check_finite: bool = False  # raise at the first op that produces NaN or Inf, naming it
     profile_path: str = ""  # write a per-kernel Chrome trace here (like ONNXTRAIN_PROFILE)
+    # Graph optimizer level: 0 runs no pass, 1 (the default) all of them; None reads
+    # ONNXTRAIN_OPT_LEVEL.
+    optimization_level: int = None
 
     def __post_init__(self):
         self.log_level = LogLevel(self.log_level)

@@ -70,6 +70,7 @@ std::vector<std::string> GradientGraphBuilder::emit(const std::string& op_type, 
   n.domain = domain;
   n.inputs = inputs;
   n.attrs = attrs;
+  n.in_backward = true;
   n.name = graph_.unique_name(prefix + base);
   DType dt = infer_output_dtype(graph_, op_type, inputs, attrs);
   for (int i = 0; i < num_outputs; ++i) {

@@ -68,9 +68,9 @@ py::dict stash_entry_dict(const StashReportEntry& e) {
 class PyTrainingSession {
  public:
   PyTrainingSession(const py::bytes& model, std::vector<std::string> wrt, std::vector<std::string> outputs_with_grad,
-                    bool check_finite) {
+                    bool check_finite, int opt_level) {
     Graph g = load_model(std::string(model));
-    TrainingSessionOptions opts{std::move(wrt), std::move(outputs_with_grad), check_finite};
+    TrainingSessionOptions opts{std::move(wrt), std::move(outputs_with_grad), check_finite, opt_level};
     py::gil_scoped_release nogil;
     session_ = std::make_unique<TrainingSession>(std::move(g), std::move(opts));
     const TrainingGraph& tg = session_->training_graph();
@@ -112,11 +112,11 @@ class PyTrainingSession {
 
 class PyInferenceSession {
  public:
-  PyInferenceSession(const py::bytes& model, bool check_finite) {
+  PyInferenceSession(const py::bytes& model, bool check_finite, int opt_level) {
     Graph g = load_model(std::string(model));
     input_dtypes_ = declared_dtypes(g, g.inputs);
     py::gil_scoped_release nogil;
-    session_ = std::make_unique<InferenceSession>(std::move(g), check_finite);
+    session_ = std::make_unique<InferenceSession>(std::move(g), check_finite, opt_level);
   }
   py::tuple run(const py::list& inputs, uint64_t seed) {
     std::vector<Tensor> in = tensors_from(inputs, input_dtypes_);
@@ -233,8 +233,9 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("backward_done", &ForwardCall::backward_done);
 
   py::class_<PyTrainingSession>(m, "TrainingSession")
-      .def(py::init<const py::bytes&, std::vector<std::string>, std::vector<std::string>, bool>(), py::arg("model"),
-           py::arg("wrt"), py::arg("outputs_with_grad") = std::vector<std::string>{}, py::arg("check_finite") = false)
+      .def(py::init<const py::bytes&, std::vector<std::string>, std::vector<std::string>, bool, int>(), py::arg("model"),
+           py::arg("wrt"), py::arg("outputs_with_grad") = std::vector<std::string>{}, py::arg("check_finite") = false,
+           py::arg("opt_level") = -1)
       .def("forward", &PyTrainingSession::forward, py::arg("inputs"), py::arg("seed") = 0)
       .def("backward", &PyTrainingSession::backward, py::arg("call"), py::arg("grads"))
       .def("save_graphs", &PyTrainingSession::save_graphs)
@@ -263,7 +264,8 @@ PYBIND11_MODULE(_C, m) {
       });
 
   py::class_<PyInferenceSession>(m, "InferenceSession")
-      .def(py::init<const py::bytes&, bool>(), py::arg("model"), py::arg("check_finite") = false)
+      .def(py::init<const py::bytes&, bool, int>(), py::arg("model"), py::arg("check_finite") = false,
+           py::arg("opt_level") = -1)
       .def("run", &PyInferenceSession::run, py::arg("inputs"), py::arg("seed") = 0)
       .def_property_readonly("inputs", &PyInferenceSession::inputs)
       .def_property_readonly("outputs", &PyInferenceSession::outputs);

@@ -38,6 +38,9 @@ struct Node {
   std::vector<std::string> inputs;   // "" marks an omitted optional input
   std::vector<std::string> outputs;  // "" marks an unrequested optional output
   AttributeMap attrs;
+  // Training graphs: the node was emitted by a gradient rule and runs after the yield point.
+  // Passes keep it: they fuse forward nodes with forward nodes and backward with backward only.
+  bool in_backward = false;
 
   bool has_input(size_t i) const { return i < inputs.size() && !inputs[i].empty(); }
   bool has_attr(const std::string& key) const { return attrs.count(key) != 0; }

@@ -78,8 +78,11 @@ TrainingGraph partition_training_graph(GradientGraph gg, const std::vector<std::
   for (const auto& kv : g.initializers) forward_values.insert(kv.first);
   for (size_t k : live_nodes(g)) {
     Node& n = g.nodes[k];
-    bool is_forward = k < gg.num_forward_nodes;
-    if (!is_forward && is_shape_query(n) && forward_values.count(n.inputs[0])) is_forward = true;
+    bool is_forward = !n.in_backward;
+    if (!is_forward && is_shape_query(n) && forward_values.count(n.inputs[0])) {
+      is_forward = true;
+      n.in_backward = false;
+    }
     if (is_forward) {
       for (const auto& v : n.outputs) forward_values.insert(v);
       forward_part.push_back(std::move(n));

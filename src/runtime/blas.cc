@@ -3,7 +3,9 @@
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "core/error.h"
 #include "runtime/openmp.h"
@@ -17,10 +19,30 @@ void ensure_single_threaded_blas() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
-// float32 goes to oneDNN's sgemm: its AVX-512 kernels run about twice as fast as OpenBLAS's on
-// these machines (runtime/openmp.h: single-threaded inside the pool's chunks).
+// Which library runs float32 GEMMs. With AVX-512, oneDNN's sgemm kernels run about twice as fast
+// as OpenBLAS's; with AVX2 only, OpenBLAS is as fast or faster on every shape of the zoo and
+// oneDNN falls to 40-70 GFLOP/s on transposed-A products with a long inner dimension (the weight
+// gradients), against OpenBLAS's 89. ONNXTRAIN_SGEMM=onednn|openblas overrides, for measuring.
+bool sgemm_uses_onednn() {
+  static const bool use = [] {
+    if (const char* env = std::getenv("ONNXTRAIN_SGEMM")) {
+      const std::string v = env;
+      if (v == "onednn") return true;
+      if (v == "openblas") return false;
+    }
+    return dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core;
+  }();
+  return use;
+}
+
+// Both run single-threaded inside the pool's chunks (runtime/openmp.h).
 void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (!sgemm_uses_onednn()) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    return;
+  }
   SingleThreadedOpenMP one_thread;
   dnnl_status_t status =
       dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "onnx/model_io.h"
+#include "passes/pipeline.h"
 #include "runtime/thread_pool.h"
 #include "session/input_check.h"
 
@@ -76,7 +77,10 @@ TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions opt
     for (const auto& out : forward_graph.outputs)
       if (forward_graph.may_be_floating(out)) spec.outputs_with_grad.push_back(out);
   }
-  graph_ = partition_training_graph(build_gradient_graph(forward_graph, spec), spec.wrt);
+  optimize_before_autodiff(forward_graph, options.opt_level);
+  GradientGraph gradients = build_gradient_graph(forward_graph, spec);
+  optimize_after_autodiff(gradients.joint, options.opt_level);
+  graph_ = partition_training_graph(std::move(gradients), spec.wrt);
   std::vector<std::string> standalone = graph_.forward_outputs;
   runner_ = std::make_unique<PlannedRunner>(graph_.graph, standalone, ThreadPool::global());
   runner_->options.check_finite = options.check_finite;
@@ -152,8 +156,10 @@ void TrainingSession::save_graphs(const std::string& prefix) const {
   save_model_file(graph_.backward_graph(), prefix + "backward.onnx");
 }
 
-InferenceSession::InferenceSession(Graph graph, bool check_finite) {
+InferenceSession::InferenceSession(Graph graph, bool check_finite, int opt_level) {
   infer_shapes(graph);
+  optimize_before_autodiff(graph, opt_level);
+  optimize_after_autodiff(graph, opt_level);
   runner_ = std::make_unique<PlannedRunner>(std::move(graph), std::vector<std::string>{}, ThreadPool::global());
   runner_->options.check_finite = check_finite;
   input_ids_ = ids_of(runner_->program(), runner_->program().graph().inputs);

@@ -14,6 +14,7 @@ struct TrainingSessionOptions {
   std::vector<std::string> wrt;                // inputs to differentiate (parameters, inputs)
   std::vector<std::string> outputs_with_grad;  // empty: every floating-point output
   bool check_finite = false;
+  int opt_level = -1;  // graph optimizer level (passes/pipeline.h); -1: ONNXTRAIN_OPT_LEVEL, default 1
 };
 
 struct StashReportEntry {
@@ -68,7 +69,7 @@ class TrainingSession {
 
 class InferenceSession {
  public:
-  explicit InferenceSession(Graph graph, bool check_finite = false);
+  explicit InferenceSession(Graph graph, bool check_finite = false, int opt_level = -1);
   const Program& program() const { return runner_->program(); }
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, uint64_t seed);
 

@@ -44,6 +44,19 @@ std::vector<GradCase> conv_cases() {
   c.push_back({"Conv_depthwise_stride2", "Conv", "",
                {{"group", one(3)}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}},
                {r({1, 3, 6, 5}, 9), r({3, 1, 3, 3}, 10), r({3}, 11)}});
+  // Stride-1 depthwise (the padded-tile path of conv_depthwise.cc): ConvNeXt's 7x7, a plane
+  // narrower than a vector, asymmetric pads, and pads beyond the kernel (general data gradient).
+  c.push_back({"Conv_depthwise_7x7_stride1", "Conv", "", {{"group", one(3)}, {"pads", ints({3, 3, 3, 3})}},
+               {r({2, 3, 9, 11}, 200), r({3, 1, 7, 7}, 201), r({3}, 202)}});
+  c.push_back({"Conv_depthwise_narrow_plane", "Conv", "", {{"group", one(4)}, {"pads", ints({1, 1, 1, 1})}},
+               {r({1, 4, 4, 3}, 203), r({4, 1, 3, 3}, 204)}});
+  c.push_back({"Conv_depthwise_asymmetric_pads", "Conv", "", {{"group", one(2)}, {"pads", ints({0, 2, 1, 0})}},
+               {r({2, 2, 5, 6}, 205), r({2, 1, 3, 3}, 206), r({2}, 207)}});
+  c.push_back({"Conv_depthwise_pads_beyond_kernel", "Conv", "", {{"group", one(2)}, {"pads", ints({3, 3, 3, 3})}},
+               {r({1, 2, 4, 4}, 208), r({2, 1, 2, 2}, 209)}});
+  c.push_back({"Conv_depthwise_dilated", "Conv", "",
+               {{"group", one(3)}, {"dilations", ints({2, 2})}, {"pads", ints({2, 2, 2, 2})}},
+               {r({1, 3, 6, 6}, 210), r({3, 1, 3, 3}, 211)}});
   c.push_back({"Conv_1d", "Conv", "",
                {{"strides", ints({2})}, {"pads", ints({1, 2})}, {"dilations", ints({2})}, {"kernel_shape", ints({3})}},
                {r({2, 2, 9}, 12), r({3, 2, 3}, 13), r({3}, 14)}});
@@ -173,6 +186,11 @@ std::vector<GradCase> production_conv_and_pool_cases() {
                {relu_data({2, 24, 16, 16}, 110), r({24, 1, 3, 3}, 111)}});
   c.push_back(sparse({"Production_depthwise_stride1", "Conv", "", {{"group", one(48)}, {"pads", ints({1, 1, 1, 1})}},
                       {r({2, 48, 8, 8}, 112), r({48, 1, 3, 3}, 113)}}));
+  // ConvNeXt's 7x7 depthwise at its stage sizes (16x16 and a 4x4 plane narrower than a vector).
+  c.push_back({"Production_convnext_depthwise_16", "Conv", "", {{"group", one(96)}, {"pads", ints({3, 3, 3, 3})}},
+               {r({2, 96, 16, 16}, 130), r({96, 1, 7, 7}, 131), r({96}, 132)}});
+  c.push_back({"Production_convnext_depthwise_4", "Conv", "", {{"group", one(384)}, {"pads", ints({3, 3, 3, 3})}},
+               {r({2, 384, 4, 4}, 133), r({384, 1, 7, 7}, 134), r({384}, 135)}});
   // regnet_y: grouped 3x3 with 8 channels per group, and the 1x1 convolutions of its SE block.
   c.push_back({"Production_regnet_grouped", "Conv", "", {{"group", one(13)}, {"pads", ints({1, 1, 1, 1})}},
                {relu_data({2, 104, 8, 8}, 114), r({104, 8, 3, 3}, 115)}});

@@ -7,18 +7,32 @@ import sys
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
-def test_bench_runs_one_model_for_two_steps(tmp_path):
-    cmd = [sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--models", "mlp_small", "--steps", "2",
-           "--warmup", "1", "--agreement-steps", "2", "--quick", "--out", str(tmp_path)]
+def test_bench_runs_one_model_in_fresh_process_pairs(tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--models", "demo_mlp", "--steps", "2",
+           "--warmup", "2", "--pairs", "1", "--agreement-steps", "3", "--quick", "--out", str(tmp_path)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = json.loads((tmp_path / "bench.json").read_text())
-    assert [r["model"] for r in rows] == ["mlp_small"]
-    row = rows[0]
-    for key in ("eager_1t_median", "ours_1t_median", "ours_2t_median", "eager_rss", "ours_rss", "ours_first"):
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert report["meta"]["peaks"]["1"] > 0
+    (row,) = report["rows"]
+    assert row["model"] == "demo_mlp" and row["flops"] > 0
+    for key in ("eager_1t", "ours_1t", "eager_2t", "ours_2t", "ratio_1t", "ratio_2t_vs_eager_best"):
+        assert row[key]["median"] > 0 and row[key]["min"] <= row[key]["median"] <= row[key]["max"], key
+    for key in ("eager_rss", "ours_rss", "ours_first", "eager_pct_limit_1t", "ours_pct_limit_1t"):
         assert row[key] > 0, key
     assert row["loss_rel_diff"] < 1e-4  # dropout 0: both contenders compute the same losses
-    assert (tmp_path / "bench.md").read_text().count("| MLP 784-512-256-10 |") == 1
+    table = (tmp_path / "bench.md").read_text()
+    assert table.count("| demo: digits MLP 64-256-128-10 |") == 1 and "Targets missed" in table
     assert (tmp_path / "bench.png").stat().st_size > 1000
+
+
+def test_bench_check_fails_when_a_target_is_missed(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import bench
+    row = dict(model="mlp_small", ratio_1t=dict(median=0.9), ratio_2t_vs_eager_best=dict(median=0.5),
+               ours_first=0.2, eager_first=0.1, ours_rss=100, eager_rss=200, loss_rel_diff=0.0)
+    assert any("mlp_small: 1-thread ratio 0.90" in m for m in bench.misses([row]))
+    row["ratio_1t"]["median"] = 0.6
+    assert bench.misses([row]) == []

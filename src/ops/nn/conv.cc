@@ -8,6 +8,7 @@
 
 #include "autodiff/grad_builder.h"
 #include "ops/nn/conv_common.h"
+#include "ops/nn/conv_depthwise.h"
 #include "ops/nn/conv_onednn.h"
 #include "ops/registry.h"
 #include "runtime/thread_pool.h"
@@ -30,6 +31,13 @@ class ConvKernel final : public Kernel {
                " must be 1-D with one value per output channel (", g.col_channels, ")");
     }
     Tensor& y = ctx.allocate_output(0, x.dtype(), g.col_shape());
+    if (is_depthwise(g)) {
+      dispatch_float(x.dtype(), "Conv", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        depthwise_forward<T>(ctx.threads(), g, x.data<T>(), w.data<T>(), b ? b->data<T>() : nullptr, y.data<T>());
+      });
+      return;
+    }
     if (x.dtype() == DType::Float32 &&
         onednn_conv_forward(ctx, g, x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr, y.data<float>()))
       return;
@@ -54,6 +62,13 @@ class ConvGradXKernel final : public Kernel {
     const ConvGeometry g = conv_geometry(attrs_, shape_input(ctx, 2, "shape of X"), w.shape());
     OT_CHECK(dy.shape() == g.col_shape(), "dY ", dy.str(), " does not have Conv's output shape ", g.col_shape().str());
     Tensor& dx = ctx.allocate_output(0, dy.dtype(), g.image_shape());
+    if (is_depthwise(g)) {
+      dispatch_float(dy.dtype(), "ConvGradX", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        depthwise_backward_data<T>(ctx.threads(), g, dy.data<T>(), w.data<T>(), dx.data<T>());
+      });
+      return;
+    }
     // oneDNN's data gradient is slow with a single input channel; im2col is not.
     if (dy.dtype() == DType::Float32 && g.image_channels / g.group > 1 &&
         onednn_conv_backward_data(ctx, g, dy.data<float>(), w.data<float>(), dx.data<float>()))
@@ -79,6 +94,13 @@ class ConvGradWKernel final : public Kernel {
     const ConvGeometry g = conv_geometry(attrs_, x.shape(), shape_input(ctx, 2, "shape of W"));
     OT_CHECK(dy.shape() == g.col_shape(), "dY ", dy.str(), " does not have Conv's output shape ", g.col_shape().str());
     Tensor& dw = ctx.allocate_output(0, dy.dtype(), g.weight_shape());
+    if (is_depthwise(g)) {
+      dispatch_float(dy.dtype(), "ConvGradW", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        depthwise_backward_weights<T>(ctx.threads(), g, x.data<T>(), dy.data<T>(), dw.data<T>());
+      });
+      return;
+    }
     if (dy.dtype() == DType::Float32 &&
         onednn_conv_backward_weights(ctx, g, x.data<float>(), dy.data<float>(), dw.data<float>()))
       return;

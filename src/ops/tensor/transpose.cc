@@ -1,4 +1,5 @@
 // Transpose and its gradient (the inverse permutation).
+#include <array>
 #include <cstring>
 
 #include "autodiff/grad_builder.h"
@@ -8,48 +9,119 @@
 namespace onnxtrain {
 namespace {
 
-template <typename T>
-void permute(ThreadPool& pool, const T* in, const TensorShape& in_shape, const std::vector<int64_t>& perm, T* out) {
+// A permutation with its dims coalesced: size-1 dims dropped, and input axes that stay adjacent
+// and in order merged into one. `shape` is the output's, `in_stride[d]` the input stride of
+// output dim d.
+struct Permutation {
+  int rank = 0;
+  std::array<int64_t, TensorShape::kMaxRank> shape{}, in_stride{};
+};
+
+Permutation coalesce(const TensorShape& in_shape, const std::vector<int64_t>& perm) {
   const int rank = in_shape.rank();
-  TensorShape out_shape;
-  for (int d = 0; d < rank; ++d) out_shape.push_back(in_shape[static_cast<int>(perm[d])]);
-  // Input strides read in output order: a strided copy where the output is contiguous.
-  std::array<int64_t, TensorShape::kMaxRank> in_strides{};
+  std::array<int64_t, TensorShape::kMaxRank> stride{};
   int64_t s = 1;
   for (int d = rank - 1; d >= 0; --d) {
-    in_strides[d] = s;
+    stride[d] = s;
     s *= in_shape[d];
   }
-  const int64_t n = out_shape.numel();
-  if (n == 0) return;
-  const int64_t inner = out_shape[rank - 1];
-  const int64_t inner_stride = in_strides[static_cast<int>(perm[rank - 1])];
-  const int64_t rows = n / inner;
-  pool.parallel_for(rows, std::max<int64_t>(1, kParallelGrain / inner), [&](int64_t r0, int64_t r1) {
-    std::array<int64_t, TensorShape::kMaxRank> idx{};
-    int64_t rem = r0, off = 0;
-    for (int d = rank - 2; d >= 0; --d) {
-      idx[d] = rem % out_shape[d];
-      rem /= out_shape[d];
-      off += idx[d] * in_strides[static_cast<int>(perm[d])];
+  Permutation p;
+  int last_axis = -2;
+  for (int d = 0; d < rank; ++d) {
+    const int axis = static_cast<int>(perm[d]);
+    const int64_t size = in_shape[axis];
+    if (size == 1) continue;
+    if (p.rank > 0 && axis == last_axis + 1) {  // continues the previous input axis: merge
+      p.shape[p.rank - 1] *= size;
+      p.in_stride[p.rank - 1] = stride[axis];
+    } else {
+      p.shape[p.rank] = size;
+      p.in_stride[p.rank] = stride[axis];
+      ++p.rank;
     }
-    for (int64_t r = r0; r < r1; ++r) {
-      T* o = out + r * inner;
-      const T* p = in + off;
-      if (inner_stride == 1) {
-        std::memcpy(o, p, static_cast<size_t>(inner) * sizeof(T));
-      } else {
-        for (int64_t i = 0; i < inner; ++i) o[i] = p[i * inner_stride];
+    last_axis = axis;
+  }
+  return p;
+}
+
+// Calls fn(out_offset, in_offset) for every combination of output dims [0, dims) except `skip`
+// (-1: none), in row-major order; out_stride gives the output strides.
+template <typename Fn>
+void for_each_outer(const Permutation& p, const std::array<int64_t, TensorShape::kMaxRank>& out_stride, int dims,
+                    int skip, int64_t begin, int64_t end, Fn fn) {
+  std::array<int64_t, TensorShape::kMaxRank> idx{};
+  int64_t rem = begin, out_off = 0, in_off = 0;
+  for (int d = dims - 1; d >= 0; --d) {
+    if (d == skip) continue;
+    idx[d] = rem % p.shape[d];
+    rem /= p.shape[d];
+    out_off += idx[d] * out_stride[d];
+    in_off += idx[d] * p.in_stride[d];
+  }
+  for (int64_t r = begin; r < end; ++r) {
+    fn(out_off, in_off);
+    for (int d = dims - 1; d >= 0; --d) {
+      if (d == skip) continue;
+      if (++idx[d] < p.shape[d]) {
+        out_off += out_stride[d];
+        in_off += p.in_stride[d];
+        break;
       }
-      for (int d = rank - 2; d >= 0; --d) {
-        const int64_t st = in_strides[static_cast<int>(perm[d])];
-        if (++idx[d] < out_shape[d]) {
-          off += st;
-          break;
+      out_off -= out_stride[d] * (p.shape[d] - 1);
+      in_off -= p.in_stride[d] * (p.shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+// out = in permuted. Two cases after coalescing: the input's innermost axis stays innermost (rows
+// are copied whole), or it moves to output dim q (then tiles of q x last are transposed through
+// the cache: reading the input's innermost axis along q and writing the output's along last, so
+// neither side strides through memory a cache line per element).
+template <typename T>
+void permute(ThreadPool& pool, const T* in, const TensorShape& in_shape, const std::vector<int64_t>& perm, T* out) {
+  const Permutation p = coalesce(in_shape, perm);
+  const int64_t n = in_shape.numel();
+  if (n == 0) return;
+  if (p.rank <= 1) {
+    std::memcpy(out, in, static_cast<size_t>(n) * sizeof(T));
+    return;
+  }
+  std::array<int64_t, TensorShape::kMaxRank> out_stride{};
+  int64_t s = 1;
+  for (int d = p.rank - 1; d >= 0; --d) {
+    out_stride[d] = s;
+    s *= p.shape[d];
+  }
+  const int last = p.rank - 1;
+  if (p.in_stride[last] == 1) {
+    const int64_t inner = p.shape[last], rows = n / inner;
+    pool.parallel_for(rows, std::max<int64_t>(1, kParallelGrain / inner), [&](int64_t r0, int64_t r1) {
+      for_each_outer(p, out_stride, last, -1, r0, r1, [&](int64_t o, int64_t i) {
+        std::memcpy(out + o, in + i, static_cast<size_t>(inner) * sizeof(T));
+      });
+    });
+    return;
+  }
+  int q = 0;
+  while (p.in_stride[q] != 1) ++q;
+  constexpr int64_t kTile = 16;
+  const int64_t nq = p.shape[q], nl = p.shape[last], sq = out_stride[q], sl_in = p.in_stride[last];
+  const int64_t tq = (nq + kTile - 1) / kTile, tl = (nl + kTile - 1) / kTile;
+  const int64_t outer = n / (nq * nl);
+  pool.parallel_for(outer * tq, std::max<int64_t>(1, kParallelGrain / (kTile * nl)), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o_index = t / tq, i0 = (t % tq) * kTile, i1 = std::min(nq, i0 + kTile);
+      for_each_outer(p, out_stride, last, q, o_index, o_index + 1, [&](int64_t ob, int64_t ib) {
+        for (int64_t jt = 0; jt < tl; ++jt) {
+          const int64_t j0 = jt * kTile, j1 = std::min(nl, j0 + kTile);
+          for (int64_t i = i0; i < i1; ++i) {
+            T* o = out + ob + i * sq;
+            const T* src = in + ib + i;
+            for (int64_t j = j0; j < j1; ++j) o[j] = src[j * sl_in];
+          }
         }
-        off -= st * (out_shape[d] - 1);
-        idx[d] = 0;
-      }
+      });
     }
   });
 }

@@ -1,0 +1,25 @@
+#pragma once
+// The optimizer's passes, one per file in src/passes/. Each rewrites `graph` in place, keeps its
+// node order valid and its graph outputs' names, and returns whether it changed anything.
+#include "ir/graph.h"
+
+namespace onnxtrain {
+
+// dead_nodes.cc: drops nodes whose outputs nothing reads (random ops included: an unread draw
+// changes no result), and initializers no node reads.
+bool eliminate_dead_nodes(Graph& graph);
+
+// common_subexpressions.cc: merges nodes with the same op, attributes and inputs (random ops
+// excepted: two draws are not one).
+bool eliminate_common_subexpressions(Graph& graph);
+
+// constant_folding.cc: computes nodes whose inputs are all constant (initializers, Constant
+// nodes) with the engine's own kernels, and shapes that the declared static dims already fix
+// (Shape of a static value; Gather and Slice of a Shape along static dims).
+bool fold_constants(Graph& graph);
+
+// transpose_folding.cc: MatMul, FusedMatMul and Gemm read a transposed operand through their
+// transpose flags instead of a Transpose node, when the Transpose swaps the last two axes.
+bool fold_transposes_into_matmul(Graph& graph);
+
+}  // namespace onnxtrain

@@ -1,0 +1,38 @@
+#include "passes/pipeline.h"
+
+#include <cstdlib>
+
+#include "passes/passes.h"
+
+namespace onnxtrain {
+
+int resolve_opt_level(int level) {
+  if (level >= 0) return level;
+  if (const char* env = std::getenv("ONNXTRAIN_OPT_LEVEL")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    OT_CHECK(end != env && *end == '\0' && v >= 0, "ONNXTRAIN_OPT_LEVEL must be a level >= 0, got '", env, "'");
+    return static_cast<int>(v);
+  }
+  return 1;
+}
+
+void optimize_before_autodiff(Graph& graph, int level) {
+  if (resolve_opt_level(level) == 0) return;
+  // Folding exposes duplicates and dead nodes, and merging duplicates can expose more folding.
+  for (int round = 0; round < 4; ++round) {
+    bool changed = fold_constants(graph);
+    changed = eliminate_common_subexpressions(graph) || changed;
+    changed = fold_transposes_into_matmul(graph) || changed;
+    changed = eliminate_dead_nodes(graph) || changed;
+    if (!changed) break;
+  }
+}
+
+void optimize_after_autodiff(Graph& graph, int level) {
+  if (resolve_opt_level(level) == 0) return;
+  eliminate_common_subexpressions(graph);
+  eliminate_dead_nodes(graph);
+}
+
+}  // namespace onnxtrain
