@@ -52,13 +52,13 @@ void for_each_row_tap(const ConvGeometry& g, const WidthTaps& taps, Fn row) {
     }
 }
 
+// Runs fn(i) for i < count in parallel, `work` multiply-adds each.
 template <typename Fn>
-void for_each_depthwise_plane(ThreadPool& pool, const ConvGeometry& g, Fn fn) {
-  const int64_t planes = g.batch * g.image_channels;
-  const int64_t work = std::max<int64_t>(1, g.out_size() * g.kernel_size());
-  pool.parallel_for(planes, std::max<int64_t>(1, (int64_t(1) << 16) / work), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) fn(p, p % g.image_channels);
-  });
+void for_each_plane_of(ThreadPool& pool, int64_t count, int64_t work, Fn fn) {
+  pool.parallel_for(count, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, work)),
+                    [&](int64_t p0, int64_t p1) {
+                      for (int64_t p = p0; p < p1; ++p) fn(p);
+                    });
 }
 
 // ---- stride 1, 2-D: the depthwise convolutions of MobileNet, EfficientNet and ConvNeXt ----
@@ -183,67 +183,81 @@ template <typename T>
 void forward_plain(ThreadPool& pool, const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
   const int64_t IH = g.in[1], IW = g.in[2], OH = g.out[1], OW = g.out[2], KH = g.kernel[1], KW = g.kernel[2];
   const PaddedShape ps = padded_shape<T>(OH, OW, KH, KW);
-  const int64_t planes = g.batch * g.image_channels, C = g.image_channels;
+  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C, planes = g.batch * M;
   pool.parallel_for(planes, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, OH * OW * KH * KW)),
                     [&](int64_t p0, int64_t p1) {
                       std::vector<T> padded(static_cast<size_t>(ps.rows * ps.cols));
+                      int64_t padded_plane = -1;  // consecutive outputs of one input share its padded copy
                       for (int64_t p = p0; p < p1; ++p) {
-                        const int64_t c = p % C;
-                        pad_plane(x + p * IH * IW, IH, IW, g.pad_begin[1], g.pad_begin[2], ps, padded.data());
-                        correlate_padded(padded.data(), ps.cols, w + c * KH * KW, KH, KW, b ? b[c] : T(0), OH, OW,
+                        const int64_t n = p / M, m = p % M, in_plane = n * C + m / per_input;
+                        if (in_plane != padded_plane) {
+                          pad_plane(x + in_plane * IH * IW, IH, IW, g.pad_begin[1], g.pad_begin[2], ps, padded.data());
+                          padded_plane = in_plane;
+                        }
+                        correlate_padded(padded.data(), ps.cols, w + m * KH * KW, KH, KW, b ? b[m] : T(0), OH, OW,
                                          y + p * OH * OW);
                       }
                     });
 }
 
-// The data gradient at stride 1 is a correlation of dY, padded by K - 1 - pad, with the flipped kernel.
+// The data gradient at stride 1 is a correlation of dY, padded by K - 1 - pad, with the flipped
+// kernel, summed over the outputs that read the input channel.
 template <typename T>
 void backward_data_plain(ThreadPool& pool, const ConvGeometry& g, const T* dy, const T* w, T* dx) {
   const int64_t IH = g.in[1], IW = g.in[2], OH = g.out[1], OW = g.out[2], KH = g.kernel[1], KW = g.kernel[2];
   const PaddedShape ps = padded_shape<T>(IH, IW, KH, KW);
-  const int64_t planes = g.batch * g.image_channels, C = g.image_channels;
-  std::vector<T> flipped(static_cast<size_t>(C * KH * KW));
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t k = 0; k < KH * KW; ++k) flipped[c * KH * KW + k] = w[c * KH * KW + (KH * KW - 1 - k)];
-  pool.parallel_for(planes, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, IH * IW * KH * KW)),
+  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C, planes = g.batch * C;
+  std::vector<T> flipped(static_cast<size_t>(M * KH * KW));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < KH * KW; ++k) flipped[m * KH * KW + k] = w[m * KH * KW + (KH * KW - 1 - k)];
+  pool.parallel_for(planes, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, per_input * IH * IW * KH * KW)),
                     [&](int64_t p0, int64_t p1) {
                       std::vector<T> padded(static_cast<size_t>(ps.rows * ps.cols));
+                      std::vector<T> part(per_input > 1 ? static_cast<size_t>(IH * IW) : 0);
                       for (int64_t p = p0; p < p1; ++p) {
-                        const int64_t c = p % C;
-                        pad_plane(dy + p * OH * OW, OH, OW, KH - 1 - g.pad_begin[1], KW - 1 - g.pad_begin[2], ps,
-                                  padded.data());
-                        correlate_padded(padded.data(), ps.cols, flipped.data() + c * KH * KW, KH, KW, T(0), IH, IW,
-                                         dx + p * IH * IW);
+                        const int64_t n = p / C, c = p % C;
+                        T* out = dx + p * IH * IW;
+                        for (int64_t j = 0; j < per_input; ++j) {
+                          const int64_t m = c * per_input + j;
+                          pad_plane(dy + (n * M + m) * OH * OW, OH, OW, KH - 1 - g.pad_begin[1], KW - 1 - g.pad_begin[2],
+                                    ps, padded.data());
+                          T* target = j == 0 ? out : part.data();
+                          correlate_padded(padded.data(), ps.cols, flipped.data() + m * KH * KW, KH, KW, T(0), IH, IW,
+                                           target);
+                          if (j > 0)
+                            for (int64_t i = 0; i < IH * IW; ++i) out[i] += part[static_cast<size_t>(i)];
+                        }
                       }
                     });
 }
 
-// dW[c, kh, kw] = sum over the batch of dY . X shifted by the tap; X and dY both padded so that
-// whole tiles read zeros where they overhang.
+// dW[m, kh, kw] = sum over the batch of dY[m] . X[input of m] shifted by the tap; X and dY both
+// padded so that whole tiles read zeros where they overhang.
 template <typename T>
 void backward_weights_plain(ThreadPool& pool, const ConvGeometry& g, const T* x, const T* dy, T* dw) {
   const int64_t IH = g.in[1], IW = g.in[2], OH = g.out[1], OW = g.out[2], KH = g.kernel[1], KW = g.kernel[2];
-  const int64_t C = g.image_channels;
+  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C;
   const PaddedShape ps = padded_shape<T>(OH, OW, KH, KW);
   const PaddedShape ds{(OH + kRows - 1) / kRows * kRows, (OW + Vec<T>::kLanes - 1) / Vec<T>::kLanes * Vec<T>::kLanes};
-  pool.parallel_for(C, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, g.batch * OH * OW * KH * KW)),
-                    [&](int64_t c0, int64_t c1) {
+  pool.parallel_for(M, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, g.batch * OH * OW * KH * KW)),
+                    [&](int64_t m0, int64_t m1) {
                       std::vector<T> padded(static_cast<size_t>(ps.rows * ps.cols));
                       std::vector<T> dy_padded(static_cast<size_t>(ds.rows * ds.cols));
                       using VT = typename Vec<T>::type;
                       std::vector<VT> acc(static_cast<size_t>(KH * KW * kRows));
-                      for (int64_t c = c0; c < c1; ++c) {
+                      for (int64_t m = m0; m < m1; ++m) {
                         std::fill(acc.begin(), acc.end(), VT{});
                         for (int64_t n = 0; n < g.batch; ++n) {
-                          const int64_t p = n * C + c;
-                          pad_plane(x + p * IH * IW, IH, IW, g.pad_begin[1], g.pad_begin[2], ps, padded.data());
-                          pad_plane(dy + p * OH * OW, OH, OW, 0, 0, ds, dy_padded.data());
+                          pad_plane(x + (n * C + m / per_input) * IH * IW, IH, IW, g.pad_begin[1], g.pad_begin[2], ps,
+                                    padded.data());
+                          pad_plane(dy + (n * M + m) * OH * OW, OH, OW, 0, 0, ds, dy_padded.data());
                           for (int64_t kh = 0; kh < KH; ++kh)
                             for (int64_t kw = 0; kw < KW; ++kw)
                               tap_dot(dy_padded.data(), ds.cols, padded.data(), ps.cols, kh, kw, OH, OW,
                                       acc.data() + (kh * KW + kw) * kRows);
                         }
-                        for (int64_t k = 0; k < KH * KW; ++k) dw[c * KH * KW + k] = static_cast<T>(lane_sum<T>(acc.data() + k * kRows));
+                        for (int64_t k = 0; k < KH * KW; ++k)
+                          dw[m * KH * KW + k] = static_cast<T>(lane_sum<T>(acc.data() + k * kRows));
                       }
                     });
 }
@@ -251,7 +265,7 @@ void backward_weights_plain(ThreadPool& pool, const ConvGeometry& g, const T* x,
 }  // namespace
 
 bool is_depthwise(const ConvGeometry& g) {
-  return g.group > 1 && g.group == g.image_channels && g.group == g.col_channels;
+  return g.group == g.image_channels && g.col_channels % g.group == 0 && g.image_channels > 0;
 }
 
 template <typename T>
@@ -259,15 +273,17 @@ void depthwise_forward(ThreadPool& pool, const ConvGeometry& g, const T* x, cons
   if (is_plain_2d(g)) return forward_plain(pool, g, x, w, b, y);
   const WidthTaps taps(g);
   const int64_t IS = g.in_size(), OS = g.out_size(), K = g.kernel_size(), sw = g.stride[2];
-  for_each_depthwise_plane(pool, g, [&](int64_t p, int64_t c) {
+  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C;
+  for_each_plane_of(pool, g.batch * M, OS * K, [&](int64_t p) {
+    const int64_t n = p / M, m = p % M;
     T* yp = y + p * OS;
-    std::fill(yp, yp + OS, b ? b[c] : T(0));
-    const T* xp = x + p * IS;
-    const T* wc = w + c * K;
+    std::fill(yp, yp + OS, b ? b[m] : T(0));
+    const T* xp = x + (n * C + m / per_input) * IS;
+    const T* wm = w + m * K;
     for_each_row_tap(g, taps, [&](int64_t orow, int64_t irow, int64_t lo, int64_t hi, int64_t off, int64_t tap) {
       T* o = yp + orow;
       const T* in = xp + irow + off;
-      const T wv = wc[tap];
+      const T wv = wm[tap];
       if (sw == 1) {
         for (int64_t ow = lo; ow < hi; ++ow) o[ow] += wv * in[ow];
       } else {
@@ -283,21 +299,25 @@ void depthwise_backward_data(ThreadPool& pool, const ConvGeometry& g, const T* d
     return backward_data_plain(pool, g, dy, w, dx);
   const WidthTaps taps(g);
   const int64_t IS = g.in_size(), OS = g.out_size(), K = g.kernel_size(), sw = g.stride[2];
-  for_each_depthwise_plane(pool, g, [&](int64_t p, int64_t c) {
+  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C;
+  for_each_plane_of(pool, g.batch * C, per_input * OS * K, [&](int64_t p) {
+    const int64_t n = p / C, c = p % C;
     T* dxp = dx + p * IS;
     std::fill(dxp, dxp + IS, T(0));
-    const T* dyp = dy + p * OS;
-    const T* wc = w + c * K;
-    for_each_row_tap(g, taps, [&](int64_t orow, int64_t irow, int64_t lo, int64_t hi, int64_t off, int64_t tap) {
-      const T* d = dyp + orow;
-      T* in = dxp + irow + off;
-      const T wv = wc[tap];
-      if (sw == 1) {
-        for (int64_t ow = lo; ow < hi; ++ow) in[ow] += wv * d[ow];
-      } else {
-        for (int64_t ow = lo; ow < hi; ++ow) in[ow * sw] += wv * d[ow];
-      }
-    });
+    for (int64_t m = c * per_input; m < (c + 1) * per_input; ++m) {
+      const T* dyp = dy + (n * M + m) * OS;
+      const T* wm = w + m * K;
+      for_each_row_tap(g, taps, [&](int64_t orow, int64_t irow, int64_t lo, int64_t hi, int64_t off, int64_t tap) {
+        const T* d = dyp + orow;
+        T* in = dxp + irow + off;
+        const T wv = wm[tap];
+        if (sw == 1) {
+          for (int64_t ow = lo; ow < hi; ++ow) in[ow] += wv * d[ow];
+        } else {
+          for (int64_t ow = lo; ow < hi; ++ow) in[ow * sw] += wv * d[ow];
+        }
+      });
+    }
   });
 }
 
@@ -305,36 +325,23 @@ template <typename T>
 void depthwise_backward_weights(ThreadPool& pool, const ConvGeometry& g, const T* x, const T* dy, T* dw) {
   if (is_plain_2d(g)) return backward_weights_plain(pool, g, x, dy, dw);
   const WidthTaps taps(g);
-  const int64_t IS = g.in_size(), OS = g.out_size(), K = g.kernel_size(), sw = g.stride[2], C = g.image_channels;
-  // Tasks own channels, so each tap's sum over the batch is one task's: no reduction afterwards.
-  const int64_t work = std::max<int64_t>(1, g.batch * OS * K);
-  pool.parallel_for(C, std::max<int64_t>(1, (int64_t(1) << 16) / work), [&](int64_t c0, int64_t c1) {
-    std::vector<double> acc(static_cast<size_t>(K));
-    for (int64_t c = c0; c < c1; ++c) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t n = 0; n < g.batch; ++n) {
-        const int64_t p = n * C + c;
-        const T* xp = x + p * IS;
-        const T* dyp = dy + p * OS;
-        for_each_row_tap(g, taps, [&](int64_t orow, int64_t irow, int64_t lo, int64_t hi, int64_t off, int64_t tap) {
-          const T* d = dyp + orow;
-          const T* in = xp + irow + off;
-          // Eight independent partial sums, so the dot product vectorizes without reassociation.
-          T lanes[8] = {};
-          int64_t ow = lo;
-          if (sw == 1) {
-            for (; ow + 8 <= hi; ow += 8)
-              for (int j = 0; j < 8; ++j) lanes[j] += d[ow + j] * in[ow + j];
-          }
-          T tail = 0;
-          for (; ow < hi; ++ow) tail += d[ow] * in[ow * sw];
-          double s = static_cast<double>(tail);
-          for (int j = 0; j < 8; ++j) s += static_cast<double>(lanes[j]);
-          acc[static_cast<size_t>(tap)] += s;
-        });
-      }
-      for (int64_t k = 0; k < K; ++k) dw[c * K + k] = static_cast<T>(acc[static_cast<size_t>(k)]);
+  const int64_t IS = g.in_size(), OS = g.out_size(), K = g.kernel_size(), sw = g.stride[2];
+  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C;
+  // Tasks own output channels, so each tap's sum over the batch is one task's: no reduction afterwards.
+  for_each_plane_of(pool, M, g.batch * OS * K, [&](int64_t m) {
+    std::vector<double> acc(static_cast<size_t>(K), 0.0);
+    for (int64_t n = 0; n < g.batch; ++n) {
+      const T* xp = x + (n * C + m / per_input) * IS;
+      const T* dyp = dy + (n * M + m) * OS;
+      for_each_row_tap(g, taps, [&](int64_t orow, int64_t irow, int64_t lo, int64_t hi, int64_t off, int64_t tap) {
+        const T* d = dyp + orow;
+        const T* in = xp + irow + off;
+        double s = 0;
+        for (int64_t ow = lo; ow < hi; ++ow) s += static_cast<double>(d[ow] * in[ow * sw]);
+        acc[static_cast<size_t>(tap)] += s;
+      });
     }
+    for (int64_t k = 0; k < K; ++k) dw[m * K + k] = static_cast<T>(acc[static_cast<size_t>(k)]);
   });
 }
 

@@ -1,12 +1,14 @@
 #pragma once
-// Depthwise convolution (group == input channels == output channels) as direct loops over each
-// image plane in NCHW: no layout reorders and no im2col. Each output row is a sum of input rows
-// scaled by one tap, so the loops run along W and vectorize. Used by Conv, ConvGradX and ConvGradW
-// for every 1-D to 3-D depthwise geometry.
+// Convolutions with one input channel per group: depthwise ones (with any channel multiplier) and
+// single-channel inputs (an MNIST network's first layer), as direct loops over each image plane
+// in NCHW: no layout reorders and no im2col. Each output row is a sum of input rows scaled by one
+// tap, so the loops run along W and vectorize. Used by Conv, ConvGradX and ConvGradW for every
+// 1-D to 3-D geometry of that kind.
 #include "ops/nn/conv_common.h"
 
 namespace onnxtrain {
 
+// One input channel per group (group == input channels).
 bool is_depthwise(const ConvGeometry& g);
 
 // y = conv(x, w) + b (b may be null).

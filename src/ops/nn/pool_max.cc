@@ -57,11 +57,9 @@ void max_pool_2x2_plane(const ConvGeometry& g, const T* x, T* y) {
     const T* a = x + 2 * oh * IW;
     const T* b = a + IW;
     T* yo = y + oh * OW;
-    if constexpr (std::is_same_v<T, float> && pool_simd::kAvailable) {
-      pool_simd::forward_row(a, b, yo, OW);
-      continue;
-    }
-    for (int64_t ow = 0; ow < OW; ++ow)
+    int64_t ow = 0;
+    if constexpr (std::is_same_v<T, float> && pool_simd::kAvailable) ow = pool_simd::forward_row(a, b, yo, OW);
+    for (; ow < OW; ++ow)
       yo[ow] = pick(pick(pick(a[2 * ow], a[2 * ow + 1]), b[2 * ow]), b[2 * ow + 1]);
   }
 }
@@ -98,11 +96,11 @@ void max_pool_2x2_grad_plane(const ConvGeometry& g, const T* x, const T* dy, T* 
   for (int64_t oh = 0; oh < g.out[1]; ++oh) {
     const T* a = x + 2 * oh * IW;
     T* da = dx + 2 * oh * IW;
-    if constexpr (std::is_same_v<T, float> && pool_simd::kAvailable) {
-      pool_simd::grad_row(a, a + IW, dy + oh * OW, da, da + IW, OW);
-      continue;
-    }
-    max_pool_2x2_grad_row(a, a + IW, dy + oh * OW, da, da + IW, OW);
+    int64_t done = 0;
+    if constexpr (std::is_same_v<T, float> && pool_simd::kAvailable)
+      done = pool_simd::grad_row(a, a + IW, dy + oh * OW, da, da + IW, OW);
+    max_pool_2x2_grad_row(a + 2 * done, a + IW + 2 * done, dy + oh * OW + done, da + 2 * done, da + IW + 2 * done,
+                          OW - done);
   }
 }
 
