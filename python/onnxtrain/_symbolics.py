@@ -13,6 +13,8 @@ onnxtrain exports:
   become GatherElements(x, ArgMax(x)), whose gradient goes exactly there;
 - logsigmoid exports as Log(Sigmoid(x)), whose gradient is NaN where sigmoid underflows: it
   becomes -Softplus(-x), which is finite everywhere, as PyTorch's own kernel is;
+- gelu exports as five elementwise ops whose training graph stashes four intermediates per
+  call; it becomes onnxtrain's Gelu, whose gradient reads only its input;
 - x.bernoulli_(p) (torchvision's stochastic depth) reaches torch's bernoulli symbolic with p in
   the generator's place and is refused; it becomes ONNX Bernoulli of p filled to x's shape
   (torch.bernoulli(probs) becomes Bernoulli(probs)), drawn by the engine from the run's seed.
@@ -82,6 +84,11 @@ def _adaptive_avg_pool(g, input, output_size):
     return g.op(f"{DOMAIN}::AdaptiveAveragePool", input, output_size_i=sizes)
 
 
+def _gelu(g, self, approximate="none"):
+    mode = sh._maybe_get_const(approximate, "s") if not isinstance(approximate, str) else approximate
+    return g.op(f"{DOMAIN}::Gelu", self, approximate_s=mode)
+
+
 def _bernoulli(g, input, *args):
     # (input, generator[, out]) for torch.bernoulli(probs); (input, p, generator) for
     # input.bernoulli_(p) after torch turned the in-place op into this one.
@@ -125,6 +132,7 @@ def _extremum_along(arg_op, reduce_fallback):
 _SYMBOLICS = {
     "aten::log_sigmoid": _log_sigmoid,
     "aten::bernoulli": _bernoulli,
+    "aten::gelu": _gelu,
     "aten::max": _extremum_along("ArgMax", opset9.max),
     "aten::min": _extremum_along("ArgMin", opset9.min),
     "aten::mse_loss": _mse_loss,

@@ -57,6 +57,14 @@ MemoryPlan plan_memory(const Program& program, const AllocationRecord& record) {
     blocks.push_back({align_up(record.scratch[k]), k, k, &plan.scratch_offset[k]});
   }
 
+  std::vector<int64_t> live(static_cast<size_t>(num_nodes) + 1, 0);
+  for (const Block& b : blocks) {
+    live[static_cast<size_t>(std::max(b.first, 0))] += b.size;
+    live[static_cast<size_t>(b.last) + 1] -= b.size;
+  }
+  int64_t running = 0;
+  for (int64_t v : live) plan.peak_live_bytes = std::max(plan.peak_live_bytes, running += v);
+
   // Largest first, each at the lowest offset free throughout its lifetime.
   std::stable_sort(blocks.begin(), blocks.end(), [](const Block& a, const Block& b) { return a.size > b.size; });
   std::vector<const Block*> placed;

@@ -24,6 +24,7 @@ struct MemoryPlan {
   std::vector<int64_t> scratch_offset;  // per node
   std::vector<int64_t> scratch_bytes;   // per node
   int64_t total_buffer_bytes = 0;       // sum of planned buffers before reuse
+  int64_t peak_live_bytes = 0;          // the most bytes live at once: no plan can use less
 };
 
 MemoryPlan plan_memory(const Program& program, const AllocationRecord& record);

@@ -73,25 +73,43 @@ TrainingGraph partition_training_graph(GradientGraph gg, const std::vector<std::
 
   // A backward node joins the forward part when it is a shape query on values the forward
   // already has: the stash then holds the shape, not the tensor.
-  std::vector<Node> forward_part, backward_part;
+  std::vector<Node> forward_part, backward_part, hoisted;
   std::unordered_set<std::string> forward_values(tg.forward_inputs.begin(), tg.forward_inputs.end());
   for (const auto& kv : g.initializers) forward_values.insert(kv.first);
   for (size_t k : live_nodes(g)) {
     Node& n = g.nodes[k];
-    bool is_forward = !n.in_backward;
-    if (!is_forward && is_shape_query(n) && forward_values.count(n.inputs[0])) {
-      is_forward = true;
+    if (n.in_backward && is_shape_query(n) && forward_values.count(n.inputs[0])) {
       n.in_backward = false;
-    }
-    if (is_forward) {
+      for (const auto& v : n.outputs) forward_values.insert(v);
+      hoisted.push_back(std::move(n));
+    } else if (!n.in_backward) {
       for (const auto& v : n.outputs) forward_values.insert(v);
       forward_part.push_back(std::move(n));
     } else {
       backward_part.push_back(std::move(n));
     }
   }
-  tg.yield_index = forward_part.size();
-  g.nodes = std::move(forward_part);
+  // A hoisted shape query runs right after the node producing its input, so that the input can
+  // be freed at its last real use instead of living until the end of the forward.
+  std::unordered_map<size_t, std::vector<Node>> after;  // forward node index -> queries of its outputs
+  std::unordered_map<std::string, size_t> producer_of;
+  for (size_t k = 0; k < forward_part.size(); ++k)
+    for (const auto& v : forward_part[k].outputs)
+      if (!v.empty()) producer_of[v] = k;
+  std::vector<Node> ordered;
+  for (Node& q : hoisted) {
+    auto it = producer_of.find(q.inputs[0]);
+    if (it == producer_of.end()) ordered.push_back(std::move(q));  // of an input: first of all
+    else after[it->second].push_back(std::move(q));
+  }
+  for (size_t k = 0; k < forward_part.size(); ++k) {
+    ordered.push_back(std::move(forward_part[k]));
+    auto it = after.find(k);
+    if (it == after.end()) continue;
+    for (Node& q : it->second) ordered.push_back(std::move(q));
+  }
+  tg.yield_index = ordered.size();
+  g.nodes = std::move(ordered);
   for (auto& n : backward_part) g.nodes.push_back(std::move(n));
 
   // The stash: forward values read by backward nodes or returned as gradients.

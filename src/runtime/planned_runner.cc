@@ -73,7 +73,7 @@ void Run::finish() {
   release_cached_buffers();
   malloc_trim(0);  // glibc keeps freed heap pages mapped otherwise
   log(LogLevel::Verbose, "memory plan for graph '", runner_.program_.graph().name, "': arena ", plan.arena_bytes,
-      " bytes for ", plan.total_buffer_bytes, " bytes of buffers");
+      " bytes for ", plan.total_buffer_bytes, " bytes of buffers, at most ", plan.peak_live_bytes, " live at once");
   std::lock_guard<std::mutex> lock(runner_.mutex_);
   auto& slot = runner_.plans_[signature_];
   if (!slot) {

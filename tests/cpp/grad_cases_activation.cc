@@ -51,6 +51,9 @@ std::vector<GradCase> cases() {
       {"HardSigmoid_attributes", "HardSigmoid", "", f({{"alpha", 0.5f}, {"beta", 0.6f}}),
        {random_tensor(F64, {2, 6}, 51, -2, 2)}},
       {"HardSwish", "HardSwish", "", {}, {random_tensor(F64, {3, 5}, 52, -5, 5)}},
+      {"Gelu_exact", "Gelu", kOnnxTrainDomain, {}, {random_tensor(F64, {3, 7}, 53, -4, 4)}},
+      {"Gelu_tanh", "Gelu", kOnnxTrainDomain, {{"approximate", Attribute::of_string("tanh")}},
+       {random_tensor(F64, {3, 7}, 54, -4, 4)}},
   };
   return c;
 }
@@ -60,6 +63,9 @@ std::vector<GradCase> production_activation_cases() {
   std::vector<GradCase> c;
   for (const char* op : {"Sigmoid", "Tanh", "Relu", "Softplus", "HardSwish", "Elu"})
     c.push_back({std::string("Production_") + op, op, "", {}, {random_tensor(F64, {5, 1003}, 500, -8, 8)}});
+  for (const char* mode : {"none", "tanh"})
+    c.push_back({std::string("Production_Gelu_") + mode, "Gelu", kOnnxTrainDomain,
+                 {{"approximate", Attribute::of_string(mode)}}, {random_tensor(F64, {5, 1003}, 501, -8, 8)}});
   return c;
 }
 
