@@ -68,5 +68,25 @@ TEST(Partition, ShapeQueriesRunInForward) {
   for (const auto& v : s.training_graph().stashed) EXPECT_NE(v.value, "b1");
 }
 
+TEST(Partition, HoistedShapeQueriesRunRightAfterTheirInput) {
+  // y = ReduceSum(Neg(x)) on a dynamic shape: the gradient expands dY to Shape(a), a = Neg(x), and
+  // needs nothing else of a. The hoisted Shape(a) must run right after Neg, so that a can be
+  // freed before the rest of the forward, not after the reduction at the end of it.
+  Graph g;
+  g.inputs = {"x"};
+  g.value_info["x"] = {DType::Float32, std::vector<Dim>{{-1, "n"}, {3, ""}}};
+  g.add_node({"neg", "Neg", "", {"x"}, {"a"}, {}});
+  g.add_node({"sum", "ReduceSum", "", {"a"}, {"y"}, {{"keepdims", Attribute::of_int(0)}}});
+  g.outputs = {"y"};
+  TrainingSession s(g, {{"x"}, {}, false, 0});
+  const TrainingGraph& tg = s.training_graph();
+  ASSERT_EQ(tg.yield_index, 3u);
+  EXPECT_EQ(tg.graph.nodes[0].name, "neg");
+  EXPECT_EQ(tg.graph.nodes[1].op_type, "Shape");
+  EXPECT_EQ(tg.graph.nodes[1].inputs[0], "a");
+  EXPECT_EQ(tg.graph.nodes[2].name, "sum");
+  for (const auto& v : tg.stashed) EXPECT_NE(v.value, "a");
+}
+
 }  // namespace
 }  // namespace onnxtrain::testing
