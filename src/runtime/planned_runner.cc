@@ -34,8 +34,9 @@ int64_t PlannedRunner::arena_bytes(const ShapeSignature& signature) const {
   return it == plans_.end() ? -1 : it->second->plan.arena_bytes;
 }
 
-Run::Run(PlannedRunner& runner, const ShapeSignature& signature, uint64_t seed)
-    : runner_(runner), signature_(signature), state_(runner.program_, seed, runner.pool_) {
+Run::Run(std::shared_ptr<PlannedRunner> owner, const ShapeSignature& signature, uint64_t seed)
+    : runner_(std::move(owner)), signature_(signature), state_(runner_->program_, seed, runner_->pool_) {
+  PlannedRunner& runner = *runner_;
   state_.options = runner.options;
   std::lock_guard<std::mutex> lock(runner.mutex_);
   auto it = runner.plans_.find(signature);
@@ -64,7 +65,7 @@ void Run::finish() {
     log(LogLevel::Verbose, state_.unplanned_allocations,
         " allocations fell outside the memory plan (data-dependent shapes)");
   if (!record_) return;
-  MemoryPlan plan = plan_memory(runner_.program_, *record_);
+  MemoryPlan plan = plan_memory(runner_->program_, *record_);
   // The recording run's intermediates came from the heap and sit in the buffer cache now; with
   // the plan, later runs take them from the arena, so keeping them would only add to the RSS.
   state_.record = nullptr;
@@ -72,10 +73,10 @@ void Run::finish() {
   state_.values.clear();
   release_cached_buffers();
   malloc_trim(0);  // glibc keeps freed heap pages mapped otherwise
-  log(LogLevel::Verbose, "memory plan for graph '", runner_.program_.graph().name, "': arena ", plan.arena_bytes,
+  log(LogLevel::Verbose, "memory plan for graph '", runner_->program_.graph().name, "': arena ", plan.arena_bytes,
       " bytes for ", plan.total_buffer_bytes, " bytes of buffers, at most ", plan.peak_live_bytes, " live at once");
-  std::lock_guard<std::mutex> lock(runner_.mutex_);
-  auto& slot = runner_.plans_[signature_];
+  std::lock_guard<std::mutex> lock(runner_->mutex_);
+  auto& slot = runner_->plans_[signature_];
   if (!slot) {
     slot = std::make_unique<PlanEntry>();
     slot->plan = std::move(plan);
@@ -86,7 +87,7 @@ Run::~Run() {
   // Values may point into the arena: drop them before the arena goes back to the pool.
   state_.values.clear();
   if (!arena_ || !entry_) return;
-  std::lock_guard<std::mutex> lock(runner_.mutex_);
+  std::lock_guard<std::mutex> lock(runner_->mutex_);
   entry_->free_arenas.push_back(std::move(arena_));
 }
 

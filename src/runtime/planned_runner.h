@@ -6,6 +6,7 @@
 // own arena.
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "runtime/executor.h"
@@ -23,10 +24,12 @@ struct PlanEntry {
   std::vector<ArenaBuffer> free_arenas;
 };
 
-// One run in flight: its values and its arena lease.
+// One run in flight: its values and its arena lease. It shares ownership of its runner, so that a
+// run kept alive by its caller (a forward call whose backward never came) can always hand its
+// arena back, even after the session that made it is gone.
 class Run {
  public:
-  Run(PlannedRunner& runner, const ShapeSignature& signature, uint64_t seed);
+  Run(std::shared_ptr<PlannedRunner> runner, const ShapeSignature& signature, uint64_t seed);
   ~Run();
   Run(const Run&) = delete;
   Run& operator=(const Run&) = delete;
@@ -38,7 +41,7 @@ class Run {
   void finish();
 
  private:
-  PlannedRunner& runner_;
+  std::shared_ptr<PlannedRunner> runner_;
   ShapeSignature signature_;
   RunState state_;
   PlanEntry* entry_ = nullptr;

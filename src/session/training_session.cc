@@ -80,29 +80,30 @@ TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions opt
   optimize_before_autodiff(forward_graph, options.opt_level);
   GradientGraph gradients = build_gradient_graph(forward_graph, spec);
   optimize_after_autodiff(gradients.joint, options.opt_level);
-  graph_ = partition_training_graph(std::move(gradients), spec.wrt);
-  std::vector<std::string> standalone = graph_.forward_outputs;
-  runner_ = std::make_unique<PlannedRunner>(graph_.graph, standalone, ThreadPool::global());
+  graph_ = std::make_shared<const TrainingGraph>(partition_training_graph(std::move(gradients), spec.wrt));
+  const TrainingGraph& tg = *graph_;
+  runner_ = std::make_shared<PlannedRunner>(tg.graph, tg.forward_outputs, ThreadPool::global());
   runner_->options.check_finite = options.check_finite;
   const Program& p = runner_->program();
-  forward_input_ids_ = ids_of(p, graph_.forward_inputs);
-  forward_output_ids_ = ids_of(p, graph_.forward_outputs);
-  grad_input_ids_ = ids_of(p, graph_.output_grad_inputs);
-  wrt_grad_ids_ = ids_of(p, graph_.wrt_grads);
-  for (const auto& s : graph_.stashed) stash_.emplace_back(p.value_id(s.value), s.kind);
+  forward_input_ids_ = ids_of(p, tg.forward_inputs);
+  forward_output_ids_ = ids_of(p, tg.forward_outputs);
+  grad_input_ids_ = ids_of(p, tg.output_grad_inputs);
+  wrt_grad_ids_ = ids_of(p, tg.wrt_grads);
+  for (const auto& s : tg.stashed) stash_.emplace_back(p.value_id(s.value), s.kind);
 }
 
 std::shared_ptr<ForwardCall> TrainingSession::forward(const std::vector<Tensor>& inputs, uint64_t seed,
                                                       std::vector<Tensor>& outputs) {
-  check_inputs(graph_.graph, graph_.forward_inputs, inputs);
+  const TrainingGraph& tg = *graph_;
+  check_inputs(tg.graph, tg.forward_inputs, inputs);
   auto call = std::make_shared<ForwardCall>();
-  call->graph_ = &graph_;
-  call->run_ = std::make_unique<Run>(*runner_, shape_signature(inputs), seed);
+  call->graph_ = graph_;
+  call->run_ = std::make_unique<Run>(runner_, shape_signature(inputs), seed);
   RunState& state = call->run_->state();
   for (size_t i = 0; i < inputs.size(); ++i) state.values[static_cast<size_t>(forward_input_ids_[i])] = inputs[i];
   {
     FlushDenormalScope ftz;
-    execute(state, 0, graph_.yield_index, "forward");
+    execute(state, 0, tg.yield_index, "forward");
   }
   std::vector<bool> keep(forward_output_ids_.size(), false);
   for (const auto& s : stash_)
@@ -114,7 +115,7 @@ std::shared_ptr<ForwardCall> TrainingSession::forward(const std::vector<Tensor>&
   for (const auto& s : stash_) stashed[static_cast<size_t>(s.first)] = true;
   for (int id : forward_input_ids_)
     if (!stashed[static_cast<size_t>(id)]) state.values[static_cast<size_t>(id)] = Tensor();
-  for (int pos : graph_.differentiable_output_positions) {
+  for (int pos : tg.differentiable_output_positions) {
     call->output_dtypes_.push_back(outputs[static_cast<size_t>(pos)].dtype());
     call->output_shapes_.push_back(outputs[static_cast<size_t>(pos)].shape());
   }
@@ -123,7 +124,8 @@ std::shared_ptr<ForwardCall> TrainingSession::forward(const std::vector<Tensor>&
 }
 
 std::vector<Tensor> TrainingSession::backward(ForwardCall& call, const std::vector<Tensor>& output_grads) {
-  OT_CHECK(call.graph_ == &graph_, "this forward call belongs to another session");
+  OT_CHECK(call.graph_ == graph_, "this forward call belongs to another session");
+  const TrainingGraph& tg = *graph_;
   OT_CHECK(!call.backward_done_, "backward was already run for this forward call; run forward again "
                                  "(like PyTorch, the saved state is freed by the first backward)");
   OT_CHECK(output_grads.size() == grad_input_ids_.size(), "backward takes ", grad_input_ids_.size(),
@@ -132,7 +134,7 @@ std::vector<Tensor> TrainingSession::backward(ForwardCall& call, const std::vect
   RunState& state = call.run_->state();
   for (size_t i = 0; i < output_grads.size(); ++i) {
     const Tensor& g = output_grads[i];
-    const std::string& name = graph_.differentiable_outputs[i];
+    const std::string& name = tg.differentiable_outputs[i];
     Tensor value = g.defined() ? g : Tensor::zeros(call.output_dtypes_[i], call.output_shapes_[i]);
     OT_CHECK(value.dtype() == call.output_dtypes_[i] && value.shape() == call.output_shapes_[i],
              "the gradient of output '", name, "' must be ", dtype_name(call.output_dtypes_[i]),
@@ -141,7 +143,7 @@ std::vector<Tensor> TrainingSession::backward(ForwardCall& call, const std::vect
   }
   {
     FlushDenormalScope ftz;
-    execute(state, graph_.yield_index, runner_->program().nodes().size(), "backward");
+    execute(state, tg.yield_index, runner_->program().nodes().size(), "backward");
   }
   std::vector<Tensor> grads;
   for (int id : wrt_grad_ids_) grads.push_back(id < 0 ? Tensor() : state.values[static_cast<size_t>(id)]);
@@ -151,16 +153,16 @@ std::vector<Tensor> TrainingSession::backward(ForwardCall& call, const std::vect
 }
 
 void TrainingSession::save_graphs(const std::string& prefix) const {
-  save_model_file(graph_.graph, prefix + "training.onnx");
-  save_model_file(graph_.forward_graph(), prefix + "forward.onnx");
-  save_model_file(graph_.backward_graph(), prefix + "backward.onnx");
+  save_model_file(graph_->graph, prefix + "training.onnx");
+  save_model_file(graph_->forward_graph(), prefix + "forward.onnx");
+  save_model_file(graph_->backward_graph(), prefix + "backward.onnx");
 }
 
 InferenceSession::InferenceSession(Graph graph, bool check_finite, int opt_level) {
   infer_shapes(graph);
   optimize_before_autodiff(graph, opt_level);
   optimize_after_autodiff(graph, opt_level);
-  runner_ = std::make_unique<PlannedRunner>(std::move(graph), std::vector<std::string>{}, ThreadPool::global());
+  runner_ = std::make_shared<PlannedRunner>(std::move(graph), std::vector<std::string>{}, ThreadPool::global());
   runner_->options.check_finite = check_finite;
   input_ids_ = ids_of(runner_->program(), runner_->program().graph().inputs);
   output_ids_ = ids_of(runner_->program(), runner_->program().graph().outputs);
@@ -169,7 +171,7 @@ InferenceSession::InferenceSession(Graph graph, bool check_finite, int opt_level
 std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs, uint64_t seed) {
   const Graph& g = runner_->program().graph();
   check_inputs(g, g.inputs, inputs);
-  Run run(*runner_, shape_signature(inputs), seed);
+  Run run(runner_, shape_signature(inputs), seed);
   RunState& state = run.state();
   for (size_t i = 0; i < inputs.size(); ++i) state.values[static_cast<size_t>(input_ids_[i])] = inputs[i];
   {

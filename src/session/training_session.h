@@ -35,7 +35,7 @@ class ForwardCall {
 
  private:
   friend class TrainingSession;
-  const TrainingGraph* graph_ = nullptr;
+  std::shared_ptr<const TrainingGraph> graph_;  // shared: the call may outlive its session
   std::unique_ptr<Run> run_;
   std::vector<int> stash_ids_;
   std::vector<DType> output_dtypes_;
@@ -47,7 +47,7 @@ class TrainingSession {
  public:
   TrainingSession(Graph forward_graph, TrainingSessionOptions options);
 
-  const TrainingGraph& training_graph() const { return graph_; }
+  const TrainingGraph& training_graph() const { return *graph_; }
   const Program& program() const { return runner_->program(); }
 
   // Runs the forward part. Outputs follow training_graph().forward_outputs.
@@ -61,8 +61,8 @@ class TrainingSession {
   void save_graphs(const std::string& prefix) const;
 
  private:
-  TrainingGraph graph_;
-  std::unique_ptr<PlannedRunner> runner_;
+  std::shared_ptr<const TrainingGraph> graph_;
+  std::shared_ptr<PlannedRunner> runner_;
   std::vector<int> forward_input_ids_, forward_output_ids_, grad_input_ids_, wrt_grad_ids_;
   std::vector<std::pair<int, StashedValue::Kind>> stash_;
 };
@@ -74,7 +74,7 @@ class InferenceSession {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, uint64_t seed);
 
  private:
-  std::unique_ptr<PlannedRunner> runner_;
+  std::shared_ptr<PlannedRunner> runner_;
   std::vector<int> input_ids_, output_ids_;
 };
 

@@ -115,6 +115,24 @@ TEST(Executor, CheckFiniteNamesTheNodeThatProducedNaN) {
   }
 }
 
+// A forward call whose backward never comes may outlive its session (Python drops the graphs
+// while an output still holds the call): it owns what its arena goes back to.
+TEST(Executor, ForwardCallOutlivesItsSession) {
+  std::shared_ptr<ForwardCall> planned, recording;
+  {
+    TrainingSession s(mlp_graph(), {{"w1", "b1", "w2", "b2"}, {}, false});
+    std::vector<Tensor> out;
+    auto first = s.forward(mlp_feeds(3, 1), 0, out);
+    s.backward(*first, {Tensor()});
+    planned = s.forward(mlp_feeds(3, 2), 0, out);    // runs from the memory plan's arena
+    recording = s.forward(mlp_feeds(4, 3), 0, out);  // a new shape: records on the heap
+  }
+  EXPECT_GT(planned->stashed_bytes(), 0);
+  EXPECT_FALSE(recording->backward_done());
+  planned.reset();
+  recording.reset();
+}
+
 TEST(Executor, UnsupportedOpNamesOpNodeAndOpset) {
   Graph g = mlp_graph();
   g.nodes[1].op_type = "Mish";

@@ -302,3 +302,32 @@ def test_max_pooling_ties_route_the_gradient_like_eager(name, fn):
     out.backward(grad)
     expected.backward(grad)
     assert torch.equal(ours.grad, ref.grad), f"{name}: gradient routed differently from eager"
+
+
+# ---- an output may outlive the engine's graphs ----
+
+def test_an_output_without_backward_outlives_the_module(tmp_path):
+    import gc
+    import subprocess
+    import sys
+
+    # In a child process: a heap corruption would only show when the interpreter exits.
+    script = tmp_path / "outlive.py"
+    script.write_text(
+        "import sys, gc, torch, torch.nn as nn\n"
+        f"sys.path.insert(0, {sys.path[0]!r})\n"
+        "import onnxtrain\n"
+        "net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))\n"
+        "model = onnxtrain.ORTModule(net)\n"
+        "x = torch.randn(2, 1, 8, 8)\n"
+        "for _ in range(2):\n"
+        "    model(x).sum().backward()\n"
+        "kept = [model(x), model(torch.randn(3, 1, 8, 8))]\n"
+        "del model, net\n"
+        "gc.collect()\n"
+        "del kept\n"
+        "gc.collect()\n"
+        "print('clean')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env=dict(__import__("os").environ, ONNXTRAIN_FALLBACK="0"))
+    assert done.returncode == 0 and "clean" in done.stdout, done.stdout + done.stderr
