@@ -106,6 +106,14 @@ std::shared_ptr<void> allocate_buffer(size_t bytes) {
 }
 
 std::shared_ptr<void> allocate_uncached(size_t bytes) {
+  // Blocks of 64 KiB and more are mapped directly: from malloc, a recording run's hundreds of
+  // short-lived blocks raise glibc's mmap threshold and end up fragmenting the heap, whose pages
+  // then stay resident (30-40 MB above the plan's arena on resnet18).
+  if (bytes >= kCachedBufferMinBytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    OT_CHECK(p != MAP_FAILED, "out of memory mapping ", bytes, " bytes");
+    return std::shared_ptr<void>(p, [bytes](void* q) { munmap(q, bytes); });
+  }
   return std::shared_ptr<void>(allocate_large(std::max<size_t>(bytes, 1)), [](void* q) { std::free(q); });
 }
 
