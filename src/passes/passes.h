@@ -22,4 +22,8 @@ bool fold_constants(Graph& graph);
 // transpose flags instead of a Transpose node, when the Transpose swaps the last two axes.
 bool fold_transposes_into_matmul(Graph& graph);
 
+// elementwise_fusion.cc: chains of elementwise ops of one shape, phase and float type become one
+// ai.onnxtrain::FusedElementwise loop (ops/fused/elementwise_program.h lists the ops).
+bool fuse_elementwise(Graph& graph);
+
 }  // namespace onnxtrain

@@ -33,6 +33,7 @@ void optimize_after_autodiff(Graph& graph, int level) {
   if (resolve_opt_level(level) == 0) return;
   eliminate_common_subexpressions(graph);
   eliminate_dead_nodes(graph);
+  fuse_elementwise(graph);
 }
 
 }  // namespace onnxtrain

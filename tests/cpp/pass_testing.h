@@ -64,7 +64,9 @@ inline void expect_same_numbers(const Graph& g, const std::vector<Tensor>& feeds
   ASSERT_EQ(grads[0].size(), grads[1].size());
   for (size_t i = 0; i < grads[0].size(); ++i) {
     ASSERT_EQ(grads[0][i].defined(), grads[1][i].defined()) << "gradient " << i;
-    if (grads[0][i].defined()) EXPECT_LE(max_difference(grads[0][i], grads[1][i]), tolerance) << "gradient " << i;
+    if (grads[0][i].defined()) {
+      EXPECT_LE(max_difference(grads[0][i], grads[1][i]), tolerance) << "gradient " << i;
+    }
   }
 }
 

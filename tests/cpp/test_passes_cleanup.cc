@@ -9,8 +9,6 @@
 namespace onnxtrain::testing {
 namespace {
 
-Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
-
 TEST(DeadNodes, DropsUnreadNodesAndInitializersAndKeepsOutputs) {
   Graph g;
   add_input(g, "x", DType::Float32, {2, 3});
@@ -48,8 +46,12 @@ TEST(CommonSubexpressions, MergesEqualNodesButNotRandomOnesOrGraphOutputs) {
   EXPECT_EQ(count_ops(g, "Exp"), 2);  // e1 and the output-producing e3
   EXPECT_EQ(count_ops(g, "Dropout"), 2);
   for (const auto& n : g.nodes) {
-    if (n.name == "sum") EXPECT_EQ(n.inputs, (std::vector<std::string>{"a", "a"}));
-    if (n.name == "cat") EXPECT_EQ(n.inputs, (std::vector<std::string>{"shape1", "shape1"}));
+    if (n.name == "sum") {
+      EXPECT_EQ(n.inputs, (std::vector<std::string>{"a", "a"}));
+    }
+    if (n.name == "cat") {
+      EXPECT_EQ(n.inputs, (std::vector<std::string>{"shape1", "shape1"}));
+    }
   }
 }
 

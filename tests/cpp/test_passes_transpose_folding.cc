@@ -49,9 +49,15 @@ TEST(TransposeFolding, BatchedLastTwoSwapsAndGemmAndExistingFlags) {
   eliminate_dead_nodes(folded);
   EXPECT_EQ(count_ops(folded, "Transpose"), 0);
   for (const auto& n : folded.nodes) {
-    if (n.name == "scores") EXPECT_EQ(n.attr_int("transB", 0), 1);
-    if (n.name == "gemm") EXPECT_EQ(n.attr_int("transA", 0), 1);
-    if (n.name == "fused") EXPECT_EQ(n.attr_int("transB", 1), 0);  // two transposes cancel
+    if (n.name == "scores") {
+      EXPECT_EQ(n.attr_int("transB", 0), 1);
+    }
+    if (n.name == "gemm") {
+      EXPECT_EQ(n.attr_int("transA", 0), 1);
+    }
+    if (n.name == "fused") {
+      EXPECT_EQ(n.attr_int("transB", 1), 0);  // two transposes cancel
+    }
   }
   expect_same_numbers(g, {random_tensor(DType::Float64, {2, 3, 5, 4}, 3), random_tensor(DType::Float64, {2, 3, 6, 4}, 4),
                           random_tensor(DType::Float64, {4, 5}, 5), random_tensor(DType::Float64, {4, 6}, 6),

@@ -307,7 +307,7 @@ def test_max_pooling_ties_route_the_gradient_like_eager(name, fn):
 # ---- an output may outlive the engine's graphs ----
 
 def test_an_output_without_backward_outlives_the_module(tmp_path):
-    import gc
+    import os
     import subprocess
     import sys
 
@@ -315,7 +315,7 @@ def test_an_output_without_backward_outlives_the_module(tmp_path):
     script = tmp_path / "outlive.py"
     script.write_text(
         "import sys, gc, torch, torch.nn as nn\n"
-        f"sys.path.insert(0, {sys.path[0]!r})\n"
+        f"sys.path.insert(0, {os.path.dirname(os.path.dirname(onnxtrain.__file__))!r})\n"
         "import onnxtrain\n"
         "net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))\n"
         "model = onnxtrain.ORTModule(net)\n"

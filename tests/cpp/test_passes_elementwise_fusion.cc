@@ -1,0 +1,186 @@
+// Elementwise fusion: structure (which nodes become one FusedElementwise, which values stay
+// visible, what must not merge) and numbers (the fused loop computes exactly what the op-by-op
+// graph computes, forward and backward, float32 transcendentals included).
+#include <set>
+
+#include "passes/passes.h"
+#include "tests/cpp/pass_testing.h"
+
+namespace onnxtrain::testing {
+namespace {
+
+const Node* find_op(const Graph& g, const std::string& op_type) {
+  for (const auto& n : g.nodes)
+    if (n.op_type == op_type) return &n;
+  return nullptr;
+}
+
+TEST(ElementwiseFusion, ABiasActivationScaleChainBecomesOneLoop) {
+  Graph g;
+  add_input(g, "x", DType::Float32, {-1, 6});
+  add_input(g, "bias", DType::Float32, {6});
+  add_input(g, "scale", DType::Float32, {});
+  g.add_node({"add", "Add", "", {"x", "bias"}, {"a"}, {}});
+  g.add_node({"relu", "Relu", "", {"a"}, {"r"}, {}});
+  g.add_node({"mul", "Mul", "", {"r", "scale"}, {"y"}, {}});
+  g.outputs = {"y"};
+  Graph fused = g;
+  EXPECT_TRUE(fuse_elementwise(fused));
+  ASSERT_EQ(fused.nodes.size(), 1u);
+  const Node& n = fused.nodes[0];
+  EXPECT_EQ(n.op_type, "FusedElementwise");
+  EXPECT_EQ(n.inputs, (std::vector<std::string>{"x", "bias", "scale"}));
+  EXPECT_EQ(n.outputs, (std::vector<std::string>{"y"}));  // a and r never reach memory
+  EXPECT_EQ(n.attr_ints("ops").size(), 3u);
+  EXPECT_FALSE(fuse_elementwise(fused));
+  // Rows longer than one block, and a row count that does not split evenly.
+  expect_same_numbers(g, {random_tensor(DType::Float32, {1037, 6}, 1), random_tensor(DType::Float32, {6}, 2),
+                          random_tensor(DType::Float32, {}, 3)});
+}
+
+TEST(ElementwiseFusion, TranscendentalsMatchTheirStandaloneKernelsBitForBit) {
+  Graph g;
+  add_input(g, "x", DType::Float32, {3, 700});
+  const char* chain[] = {"Sigmoid", "Tanh", "Erf", "Exp", "Neg", "Abs", "Sqrt", "Log", "Reciprocal"};
+  std::string prev = "x";
+  for (const char* op : chain) {
+    const std::string out = std::string("v_") + op;
+    g.add_node({op, op, "", {prev}, {out}, {}});
+    prev = out;
+  }
+  Node gelu{"gelu", "Gelu", kOnnxTrainDomain, {prev}, {"g"}, {}};
+  gelu.attrs["approximate"] = Attribute::of_string("tanh");
+  g.add_node(gelu);
+  g.add_node({"leaky", "LeakyRelu", "", {"g"}, {"y"}, {{"alpha", Attribute::of_float(0.2f)}}});
+  g.outputs = {"y", "v_Tanh"};
+  g.opsets[kOnnxTrainDomain] = 1;
+  Graph fused = g;
+  EXPECT_TRUE(fuse_elementwise(fused));
+  ASSERT_EQ(fused.nodes.size(), 1u);
+  EXPECT_EQ(fused.nodes[0].outputs, (std::vector<std::string>{"v_Tanh", "y"}));
+  expect_same_numbers(g, {random_tensor(DType::Float32, {3, 700}, 4, -3, 3)});
+}
+
+TEST(ElementwiseFusion, ValuesReadOutsideTheChainStayOutputs) {
+  Graph g;
+  add_input(g, "x", DType::Float64, {4, 5});
+  add_input(g, "w", DType::Float64, {5, 3});
+  g.add_node({"exp", "Exp", "", {"x"}, {"e"}, {}});
+  g.add_node({"neg", "Neg", "", {"e"}, {"ne"}, {}});
+  g.add_node({"mm", "MatMul", "", {"e", "w"}, {"m"}, {}});  // reads the chain's first value
+  g.add_node({"tanh", "Tanh", "", {"ne"}, {"y"}, {}});
+  g.outputs = {"y", "m"};
+  Graph fused = g;
+  EXPECT_TRUE(fuse_elementwise(fused));
+  const Node* n = find_op(fused, "FusedElementwise");
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->outputs, (std::vector<std::string>{"e", "y"}));
+  EXPECT_EQ(count_ops(fused, "MatMul"), 1);
+  expect_same_numbers(g, {random_tensor(DType::Float64, {4, 5}, 5), random_tensor(DType::Float64, {5, 3}, 6)});
+}
+
+TEST(ElementwiseFusion, NeverJoinsANodeThatReadsAValueComputedFromTheGroup) {
+  // u feeds a MatMul whose result comes back: putting z's Add into u's group would make the
+  // fused node read its own descendant.
+  Graph g;
+  add_input(g, "x", DType::Float64, {4, 4});
+  add_input(g, "w", DType::Float64, {4, 4});
+  g.add_node({"a1", "Add", "", {"x", "x"}, {"u0"}, {}});
+  g.add_node({"r1", "Relu", "", {"u0"}, {"u"}, {}});
+  g.add_node({"mm", "MatMul", "", {"u", "w"}, {"m"}, {}});
+  g.value_info["m"].dtype = DType::Float64;
+  g.add_node({"a2", "Add", "", {"u", "m"}, {"z"}, {}});
+  g.add_node({"r2", "Relu", "", {"z"}, {"y"}, {}});
+  g.outputs = {"y"};
+  Graph fused = g;
+  EXPECT_TRUE(fuse_elementwise(fused));
+  EXPECT_EQ(count_ops(fused, "FusedElementwise"), 2);
+  // The order stays valid: every input is produced before it is read.
+  std::set<std::string> defined{"x", "w"};
+  for (const auto& node : fused.nodes) {
+    for (const auto& in : node.inputs) EXPECT_TRUE(defined.count(in)) << node.name << " reads " << in << " early";
+    for (const auto& out : node.outputs) defined.insert(out);
+  }
+  expect_same_numbers(g, {random_tensor(DType::Float64, {4, 4}, 7), random_tensor(DType::Float64, {4, 4}, 8)});
+}
+
+TEST(ElementwiseFusion, KeepsPhasesAndElementTypesApart) {
+  Graph g;
+  add_input(g, "x", DType::Float32, {8});
+  add_input(g, "d", DType::Float64, {8});
+  add_input(g, "i", DType::Int64, {8});
+  g.add_node({"f1", "Exp", "", {"x"}, {"a"}, {}});
+  Node backward{"b1", "Neg", "", {"a"}, {"b"}, {}};
+  backward.in_backward = true;
+  g.add_node(backward);
+  g.add_node({"d1", "Exp", "", {"d"}, {"e"}, {}});
+  g.add_node({"d2", "Neg", "", {"e"}, {"f"}, {}});
+  g.add_node({"i1", "Add", "", {"i", "i"}, {"j"}, {}});
+  g.add_node({"i2", "Mul", "", {"j", "i"}, {"k"}, {}});
+  g.outputs = {"b", "f", "k"};
+  EXPECT_TRUE(fuse_elementwise(g));
+  EXPECT_EQ(count_ops(g, "FusedElementwise"), 1);  // only the float64 pair
+  EXPECT_EQ(find_op(g, "FusedElementwise")->inputs, (std::vector<std::string>{"d"}));
+  EXPECT_EQ(count_ops(g, "Exp"), 1);
+  EXPECT_EQ(count_ops(g, "Add"), 1);
+}
+
+TEST(ElementwiseFusion, AnOutputNarrowerThanTheLoopIsComputedAtItsOwnShape) {
+  // t = a * b broadcasts [1, 5] with [1, 5]; only then does it meet the full [6, 5] operand.
+  // t is visible, so the kernel must write it at [1, 5], not at the loop's shape.
+  Graph g;
+  add_input(g, "a", DType::Float64, {1, 5});
+  add_input(g, "b", DType::Float64, {1, 5});
+  add_input(g, "x", DType::Float64, {6, 5});
+  g.add_node({"mul", "Mul", "", {"a", "b"}, {"t"}, {}});
+  g.add_node({"add", "Add", "", {"t", "x"}, {"s"}, {}});
+  g.add_node({"sig", "Sigmoid", "", {"s"}, {"y"}, {}});
+  g.outputs = {"y", "t"};
+  Graph fused = g;
+  EXPECT_TRUE(fuse_elementwise(fused));
+  EXPECT_EQ(count_ops(fused, "FusedElementwise"), 1);
+  expect_same_numbers(g, {random_tensor(DType::Float64, {1, 5}, 9), random_tensor(DType::Float64, {1, 5}, 10),
+                          random_tensor(DType::Float64, {6, 5}, 11)});
+}
+
+TEST(ElementwiseFusion, BackwardChainsFuseInATrainingGraph) {
+  Graph g;
+  add_input(g, "x", DType::Float32, {16, 40});
+  add_input(g, "bias", DType::Float32, {40});
+  g.add_node({"add", "Add", "", {"x", "bias"}, {"a"}, {}});
+  g.add_node({"sig", "Sigmoid", "", {"a"}, {"s"}, {}});
+  g.add_node({"tanh", "Tanh", "", {"s"}, {"y"}, {}});
+  g.outputs = {"y"};
+  TrainingSession session(g, {{"x", "bias"}, {}, false, 1});
+  const Graph& joint = session.training_graph().graph;
+  int forward = 0, backward = 0;
+  for (const auto& n : joint.nodes)
+    if (n.op_type == "FusedElementwise") (n.in_backward ? backward : forward) += 1;
+  EXPECT_EQ(forward, 1);
+  EXPECT_GE(backward, 1);  // TanhGrad and SigmoidGrad in one loop
+  EXPECT_EQ(count_ops(joint, "TanhGrad"), 0);
+  expect_same_numbers(g, {random_tensor(DType::Float32, {16, 40}, 12), random_tensor(DType::Float32, {40}, 13)});
+}
+
+TEST(ElementwiseFusion, AMalformedProgramIsRefusedWithItsReason) {
+  Graph g;
+  add_input(g, "x", DType::Float32, {4});
+  Node n{"bad", "FusedElementwise", kOnnxTrainDomain, {"x"}, {"y"}, {}};
+  n.attrs["ops"] = Attribute::of_ints({0});       // Add
+  n.attrs["args"] = Attribute::of_ints({0, 1});   // register 1 is this instruction's own output
+  n.attrs["consts"] = Attribute::of_floats({0});
+  n.attrs["outputs"] = Attribute::of_ints({1});
+  g.add_node(n);
+  g.outputs = {"y"};
+  g.opsets[kOnnxTrainDomain] = 1;
+  try {
+    InferenceSession session(g, false, 0);
+    session.run({random_tensor(DType::Float32, {4}, 14)}, 1);
+    FAIL() << "a program reading an undefined register ran";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("not defined before it"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace onnxtrain::testing
