@@ -26,4 +26,12 @@ bool fold_transposes_into_matmul(Graph& graph);
 // ai.onnxtrain::FusedElementwise loop (ops/fused/elementwise_program.h lists the ops).
 bool fuse_elementwise(Graph& graph);
 
+// matmul_bias.cc: Add(MatMul(a, b), bias row) becomes FusedMatMul(a, b, bias), the bias written
+// into the output before the GEMM accumulates onto it.
+bool fuse_matmul_bias(Graph& graph);
+
+// softmax_statistics.cc: a softmax cross-entropy's backward reads the log-sum-exp its forward
+// computed instead of recomputing it from the scores.
+bool share_softmax_statistics(Graph& graph);
+
 }  // namespace onnxtrain

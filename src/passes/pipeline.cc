@@ -33,6 +33,8 @@ void optimize_after_autodiff(Graph& graph, int level) {
   if (resolve_opt_level(level) == 0) return;
   eliminate_common_subexpressions(graph);
   eliminate_dead_nodes(graph);
+  share_softmax_statistics(graph);
+  fuse_matmul_bias(graph);  // before elementwise fusion, which would take the Add
   fuse_elementwise(graph);
 }
 

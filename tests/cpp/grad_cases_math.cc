@@ -63,6 +63,11 @@ std::vector<GradCase> cases() {
   c.push_back({"Gemm_no_bias", "Gemm", "", gemm_attrs(0, 1, 2.0f, 1.0f), {r({3, 4}, 49), r({5, 4}, 50)}});
   c.push_back({"FusedMatMul_vector", "FusedMatMul", "ai.onnxtrain", {{"transA", Attribute::of_int(1)}},
                {r({4, 3}, 51), r({4}, 52)}});
+  // The bias row passes/matmul_bias.cc folds in: a full row, and one value for every column.
+  c.push_back({"FusedMatMul_bias_row", "FusedMatMul", "ai.onnxtrain",
+               {{"transB", Attribute::of_int(1)}, {"alpha", Attribute::of_float(0.5f)}},
+               {r({2, 3, 4}, 53), r({5, 4}, 54), r({5}, 55)}});
+  c.push_back({"FusedMatMul_bias_one", "FusedMatMul", "ai.onnxtrain", {}, {r({3, 4}, 56), r({4, 5}, 57), r({1}, 58)}});
   return c;
 }
 

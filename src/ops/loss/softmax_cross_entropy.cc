@@ -7,7 +7,9 @@
 // PyTorch 1.13's cross_entropy with weight, ignore_index and label_smoothing (checked against
 // torch); ε = 0 is the ONNX op. The fused backward kernel recomputes the softmax from the scores
 // (or reads it from log_prob when the node outputs it): per row one pass for the statistics and
-// one writing dScores.
+// one writing dScores. The ai.onnxtrain forms may also output each position's log-sum-exp
+// (output 2; passes/softmax_statistics.cc asks for it), which the backward then reads instead of
+// taking the statistics pass again.
 #include "autodiff/grad_builder.h"
 #include "ops/loss/loss_common.h"
 #include "onnx/custom_schema.h"
@@ -70,12 +72,14 @@ class SceKernel final : public Kernel {
     const LossLabels labels(labels_t, attrs_.has_ignore, attrs_.ignore_index, s.n, what);
     Tensor& loss = ctx.allocate_output(0, x.dtype(), loss_shape(attrs_.reduction, labels_t.shape()));
     Tensor* log_prob = ctx.output_needed(1) ? &ctx.allocate_output(1, x.dtype(), x.shape()) : nullptr;
+    Tensor* log_sum_exp = ctx.output_needed(2) ? &ctx.allocate_output(2, x.dtype(), labels_t.shape()) : nullptr;
     const int64_t positions = s.outer * s.inner;
     dispatch_float(x.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* px = x.data<T>();
       const T* pw = weights ? weights->data<T>() : nullptr;
       T* lp = log_prob ? log_prob->data<T>() : nullptr;
+      T* lse_out = log_sum_exp ? log_sum_exp->data<T>() : nullptr;
       const Smoothing<T> sm(attrs_.smoothing, s.n, pw);
       const bool smooth = attrs_.smoothing > 0.0f;
       // Per-position losses: straight into the output for "none", else into scratch.
@@ -94,6 +98,7 @@ class SceKernel final : public Kernel {
         const T* xr = px + o * s.n;
         const T m = max_lanes(xr, s.n);
         const T lse = m + std::log(sum_lanes<T>(s.n, [&](int64_t k) { return vexp(xr[k] - m); }));
+        if (lse_out) lse_out[o] = lse;
         T wx = 0;
         if (smooth) wx = pw ? sum_lanes<T>(s.n, [&](int64_t k) { return pw[k] * xr[k]; })
                             : sum_lanes<T>(s.n, [&](int64_t k) { return xr[k]; });
@@ -122,6 +127,8 @@ class SceKernel final : public Kernel {
           }
         }
         for (int64_t c = 0; c < w; ++c) acc[c] = m[c] + std::log(acc[c]);  // lse
+        if (lse_out)
+          for (int64_t c = 0; c < w; ++c) lse_out[o * s.inner + c0 + c] = acc[c];
         if (lp)
           for (int64_t k = 0; k < s.n; ++k)
             for (int64_t c = 0; c < w; ++c) lp[base + k * s.inner + c] = px[base + k * s.inner + c] - acc[c];
@@ -145,7 +152,7 @@ class SceKernel final : public Kernel {
 };
 
 // Inputs: dLoss (optional), scores or log_prob (attribute from_log_prob), labels, weights
-// (optional), dLogProb (optional). Per position with g = dL/dloss, p = softmax and t its label:
+// (optional), dLogProb (optional), the forward's log-sum-exp per position (optional, with scores). Per position with g = dL/dloss, p = softmax and t its label:
 //   dScores[c] = g (p[c] ((1 - ε) w[t] + ε W / C) - (1 - ε) w[t] [c = t] - ε / C w[c])
 //              + dLogProb[c] - p[c] sum(dLogProb),
 // the loss term dropped where t is ignore_index.
@@ -162,7 +169,11 @@ class SceGradKernel final : public Kernel {
     const Tensor* dloss = ctx.has_input(0) ? &ctx.input(0) : nullptr;
     const Tensor* weights = ctx.has_input(3) ? &ctx.input(3) : nullptr;
     const Tensor* dlp = ctx.has_input(4) ? &ctx.input(4) : nullptr;
+    const Tensor* lse = ctx.has_input(5) ? &ctx.input(5) : nullptr;
     if (weights) check_loss_weights(*weights, src.dtype(), s.n, what);
+    if (lse)
+      OT_CHECK(!from_log_prob_ && lse->dtype() == src.dtype() && lse->shape() == labels_t.shape(), what,
+               ": log-sum-exp ", lse->str(), " does not match the scores ", src.str(), " and labels ", labels_t.str());
     if (dloss)
       OT_CHECK(dloss->dtype() == src.dtype() && dloss->shape() == loss_shape(attrs_.reduction, labels_t.shape()), what,
                ": dLoss ", dloss->str(), " does not match the loss");
@@ -177,6 +188,7 @@ class SceGradKernel final : public Kernel {
       const T* pw = weights ? weights->data<T>() : nullptr;
       const T* pd = dlp ? dlp->data<T>() : nullptr;
       const T* pg = dloss ? dloss->data<T>() : nullptr;
+      const T* plse = lse ? lse->data<T>() : nullptr;
       T* out = dx.data<T>();
       const Smoothing<T> sm(attrs_.smoothing, s.n, pw);
       T scale = pg && attrs_.reduction != LossReduction::None ? pg[0] : T(0);
@@ -191,8 +203,8 @@ class SceGradKernel final : public Kernel {
       auto row = [&](int64_t o) {
         const T* xr = px + o * s.n;
         T* dr = out + o * s.n;
-        T shift = 0;  // log-sum-exp of the scores; log_prob is already shifted
-        if (!from_lp) {
+        T shift = plse ? plse[o] : T(0);  // log-sum-exp of the scores; log_prob is already shifted
+        if (!from_lp && !plse) {
           const T m = max_lanes(xr, s.n);
           shift = m + std::log(sum_lanes<T>(s.n, [&](int64_t k) { return vexp(xr[k] - m); }));
         }
@@ -214,8 +226,8 @@ class SceGradKernel final : public Kernel {
       auto block = [&](int64_t o, int64_t c0, int64_t w) {
         const int64_t base = o * s.n * s.inner + c0;
         T shift[kCols], coef[kCols], spread[kCols];
-        for (int64_t c = 0; c < w; ++c) shift[c] = 0;
-        if (!from_lp) {
+        for (int64_t c = 0; c < w; ++c) shift[c] = plse ? plse[o * s.inner + c0 + c] : T(0);
+        if (!from_lp && !plse) {
           T m[kCols], acc[kCols];
           for (int64_t c = 0; c < w; ++c) m[c] = px[base + c];
           for (int64_t k = 1; k < s.n; ++k)
@@ -302,6 +314,8 @@ onnx::OpSchema smoothed_sce_schema() {
       .Input(2, "weights", "C", "T", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
       .Output(0, "output", "the loss", "T")
       .Output(1, "log_prob", "log-softmax of the scores", "T", onnx::OpSchema::Optional)
+      .Output(2, "log_sum_exp", "per position: the log-sum-exp of its scores, for the backward", "T",
+              onnx::OpSchema::Optional)
       .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "float types")
       .TypeConstraint("Tind", {"tensor(int32)", "tensor(int64)"}, "label types")
       .TypeAndShapeInferenceFunction(standard->GetTypeAndShapeInferenceFunction());

@@ -1,5 +1,8 @@
-// MatMul, and FusedMatMul (MatMul with transposed operands and a scale) which its gradient uses.
+// MatMul, and FusedMatMul (MatMul with transposed operands, a scale and an optional bias row:
+// passes/transpose_folding.cc and passes/matmul_bias.cc make them) which its gradient uses.
 #include "ops/math/matmul.h"
+
+#include <algorithm>
 
 #include "autodiff/grad_builder.h"
 #include "ops/common/broadcast.h"
@@ -48,9 +51,14 @@ TensorShape matmul_shape(const TensorShape& a, const TensorShape& b, bool ta, bo
   return out;
 }
 
-void matmul(ThreadPool& pool, const Tensor& a, const Tensor& b, bool ta, bool tb, double alpha, Tensor& out) {
+void matmul(ThreadPool& pool, const Tensor& a, const Tensor& b, bool ta, bool tb, double alpha, Tensor& out,
+            const Tensor* bias) {
   MatmulDims d = matmul_dims(a.shape(), b.shape(), ta, tb, "MatMul");
   OT_CHECK(a.dtype() == b.dtype(), "MatMul: operands have different element types: ", a.str(), " and ", b.str());
+  if (bias)
+    OT_CHECK(bias->dtype() == a.dtype() && bias->rank() == 1 && !d.b_vector &&
+                 (bias->dim(0) == d.n || bias->dim(0) == 1),
+             "FusedMatMul: bias ", bias->str(), " is not a row of the ", out.str(), " product");
   const int64_t lda = ta ? d.m : d.k, ldb = tb ? d.k : d.n;
   dispatch_float(a.dtype(), "MatMul", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -60,9 +68,22 @@ void matmul(ThreadPool& pool, const Tensor& a, const Tensor& b, bool ta, bool tb
     const T scale = static_cast<T>(alpha);
     const int64_t batches = d.batch.numel();
     if (batches == 0 || d.m == 0 || d.n == 0) return;
+    T beta = 0;
+    if (bias) {
+      const T* pbias = bias->data<T>();
+      const bool row = bias->dim(0) == d.n;
+      pool.parallel_for(batches * d.m, std::max<int64_t>(1, 16384 / d.n), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          T* dst = pc + r * d.n;
+          if (row) std::copy(pbias, pbias + d.n, dst);
+          else std::fill(dst, dst + d.n, pbias[0]);
+        }
+      });
+      beta = 1;
+    }
     // A stack of A's against one B: a single GEMM over all their rows.
     if (d.b_batch.numel() == 1 && !ta && d.a_batch == d.batch) {
-      gemm<T>(false, tb, batches * d.m, d.n, d.k, scale, pa, lda, pb, ldb, T(0), pc, d.n, pool);
+      gemm<T>(false, tb, batches * d.m, d.n, d.k, scale, pa, lda, pb, ldb, beta, pc, d.n, pool);
       return;
     }
     const auto a_strides = broadcast_strides(d.a_batch, d.batch);
@@ -75,7 +96,7 @@ void matmul(ThreadPool& pool, const Tensor& a, const Tensor& b, bool ta, bool tb
         a_off += idx * a_strides[dim];
         b_off += idx * b_strides[dim];
       }
-      gemm<T>(ta, tb, d.m, d.n, d.k, scale, pa + a_off * d.m * d.k, lda, pb + b_off * d.k * d.n, ldb, T(0),
+      gemm<T>(ta, tb, d.m, d.n, d.k, scale, pa + a_off * d.m * d.k, lda, pb + b_off * d.k * d.n, ldb, beta,
               pc + i * d.m * d.n, d.n, inner_pool);
     };
     // Many small products: one per thread. Few large ones: let each GEMM split itself.
@@ -109,7 +130,7 @@ class FusedMatMulKernel final : public Kernel {
     const Tensor& b = ctx.input(1);
     Tensor& out =
         ctx.allocate_output(0, a.dtype(), matmul_shape(a.shape(), b.shape(), trans_a_, trans_b_, "FusedMatMul"));
-    matmul(ctx.threads(), a, b, trans_a_, trans_b_, alpha_, out);
+    matmul(ctx.threads(), a, b, trans_a_, trans_b_, alpha_, out, ctx.has_input(2) ? &ctx.input(2) : nullptr);
   }
 
  private:
@@ -222,6 +243,7 @@ void matmul_gradient(GradBuilder& g) {
     g.set_input_grad(0, g.op("MatMulGradA", {dy, g.input(1), g.shape_of(g.input(0))}, attrs, kOnnxTrainDomain));
   if (g.needs_input_grad(1))
     g.set_input_grad(1, g.op("MatMulGradB", {dy, g.input(0), g.shape_of(g.input(1))}, attrs, kOnnxTrainDomain));
+  if (g.needs_input_grad(2)) g.set_input_grad(2, g.reduce_to_input_shape(dy, 2));  // FusedMatMul's bias
 }
 
 }  // namespace
