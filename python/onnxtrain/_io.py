@@ -64,9 +64,17 @@ def _unflatten(node, tensors):
     raise AssertionError(f"bad schema node {node!r}")
 
 
+_ALL_TENSOR_SCHEMAS = {}  # number of arguments -> the schema of that many positional tensors
+
+
 def flatten_inputs(args, kwargs, scalars_as_tensors=True):
     """Returns (tensors, schema) for a call module(*args, **kwargs). Keyword arguments are keyed
     by name, so their order in the call does not matter."""
+    if not kwargs and all(type(a) is torch.Tensor for a in args):  # the common call, on every step
+        schema = _ALL_TENSOR_SCHEMAS.get(len(args))
+        if schema is None:
+            schema = _ALL_TENSOR_SCHEMAS[len(args)] = (tuple(("T", i) for i in range(len(args))), ())
+        return list(args), schema
     flat = _Flattener(scalars_as_tensors)
     arg_nodes = tuple(flat(a, f"argument {i}") for i, a in enumerate(args))
     kwarg_nodes = tuple((k, flat(kwargs[k], f"keyword argument {k!r}")) for k in sorted(kwargs))

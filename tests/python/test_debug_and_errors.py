@@ -27,6 +27,23 @@ def test_save_onnx_writes_graphs_that_load(tmp_path):
     assert any(n.op_type == "TanhGrad" for n in backward.graph.node)
 
 
+@pytest.mark.parametrize("level", [0, 1])
+def test_save_onnx_writes_the_optimized_training_graph(tmp_path, level):
+    options = onnxtrain.DebugOptions(save_onnx=True, onnx_prefix="net", save_path=str(tmp_path),
+                                     optimization_level=level)
+    net = nn.Sequential(nn.Linear(6, 4), nn.Sigmoid(), nn.Tanh())
+    model = onnxtrain.ORTModule(net, debug_options=options)
+    model(torch.randn(2, 3, 6)).sum().backward()
+    training = onnx.load(str(tmp_path / "net_train_training.onnx"))
+    ops = [n.op_type for n in training.graph.node]
+    biased_products = [n for n in training.graph.node if n.op_type == "FusedMatMul" and len(n.input) == 3]
+    if level == 0:
+        assert "FusedElementwise" not in ops and not biased_products, ops
+    else:  # Sigmoid-Tanh and their gradients each one loop; the bias inside the product
+        assert ops.count("FusedElementwise") >= 2 and len(biased_products) == 1, ops
+        assert "Sigmoid" not in ops and "TanhGrad" not in ops, ops
+
+
 def test_log_level_info_reports_export_and_stash(caplog):
     options = onnxtrain.DebugOptions(log_level=onnxtrain.LogLevel.INFO)
     model = onnxtrain.ORTModule(nn.Sequential(nn.Linear(6, 4), nn.ReLU()), debug_options=options)
