@@ -1,7 +1,7 @@
 """onnxtrain: train PyTorch models through a C++ engine. Wrap a module with ORTModule and keep
 the rest of the training loop."""
 from . import _C, optim, profiler
-from ._export import ExportError
+from ._export import ExportError, InputDtypeError
 from ._options import DebugOptions, LogLevel
 from .ortmodule import ORTModule
 
@@ -10,5 +10,5 @@ UnsupportedError = _C.UnsupportedError
 set_num_threads = _C.set_num_threads
 get_num_threads = _C.get_num_threads
 
-__all__ = ["ORTModule", "DebugOptions", "LogLevel", "ExportError", "EngineError", "UnsupportedError",
+__all__ = ["ORTModule", "DebugOptions", "LogLevel", "ExportError", "InputDtypeError", "EngineError", "UnsupportedError",
            "set_num_threads", "get_num_threads"]

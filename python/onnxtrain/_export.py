@@ -17,6 +17,31 @@ class ExportError(RuntimeError):
     """torch.onnx.export could not export the module."""
 
 
+class InputDtypeError(TypeError):
+    """An input's dtype does not fit the module: raised, like eager raises, never a fallback."""
+
+
+def diagnose_input_dtypes(module, tensors, input_schema, export_error):
+    """After a failed export: the InputDtypeError that explains it, when inputs have a dtype other
+    than the one the module's parameters share; otherwise None."""
+    dtypes = {p.dtype for p in module.parameters() if p.is_floating_point()}
+    if len(dtypes) != 1:
+        return None
+    (expected,) = dtypes
+    mentions_types = any(w in export_error for w in ("dtype", "scalar type", "same type", "Float", "Double"))
+    paths = _io.tensor_paths(input_schema)
+    wrong = [(paths[i] if i < len(paths) else f"input {i}", t.dtype) for i, t in enumerate(tensors)
+             if t.dtype != expected and (t.is_floating_point() or mentions_types)]
+    if not wrong:
+        return None
+    listed = ", ".join(f"{path} is {str(dtype).replace('torch.', '')}" for path, dtype in wrong)
+    name = type(module).__name__
+    return InputDtypeError(
+        f"onnxtrain: {name} expects {str(expected).replace('torch.', '')} inputs (the dtype of its parameters), but "
+        f"{listed}. Convert the input (for example x.to({expected})) or the module (module.to(dtype)); the export "
+        f"failed with: {export_error}")
+
+
 class BufferUpdates:
     """Extra graph outputs that carry new buffer values, and the BatchNorm modules they belong to."""
 

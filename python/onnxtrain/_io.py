@@ -123,6 +123,35 @@ def unflatten_outputs(schema, tensors):
     return _unflatten(schema, tensors)
 
 
+def tensor_paths(schema):
+    """Where each flat input tensor came from, as a user would name it: "argument 0",
+    "keyword argument 'mask'[1]"."""
+    paths = {}
+
+    def walk(node, path):
+        kind = node[0]
+        if kind == "T":
+            paths[node[1]] = path
+        elif kind == "S":
+            paths[node[2]] = path
+        elif kind in ("U", "L"):
+            for i, c in enumerate(node[1]):
+                walk(c, f"{path}[{i}]")
+        elif kind == "NT":
+            for f, c in zip(node[1]._fields, node[2]):
+                walk(c, f"{path}.{f}")
+        elif kind == "D":
+            for k, c in node[2]:
+                walk(c, f"{path}[{k!r}]")
+
+    arg_nodes, kwarg_nodes = schema
+    for i, n in enumerate(arg_nodes):
+        walk(n, f"argument {i}")
+    for k, n in kwarg_nodes:
+        walk(n, f"keyword argument {k!r}")
+    return [paths.get(i, f"input {i}") for i in range(len(paths))]
+
+
 def tensor_signature(tensors):
     """What of the tensors themselves decides whether an exported graph still fits them."""
     return tuple((t.dtype, t.dim()) for t in tensors)

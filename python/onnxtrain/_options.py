@@ -29,9 +29,24 @@ class DebugOptions:
     # Graph optimizer level: 0 runs no pass, 1 (the default) all of them; None reads
     # ONNXTRAIN_OPT_LEVEL.
     optimization_level: int = None
+    # Memory budgets, process-wide (they set ONNXTRAIN_PLAN_CACHE_MB and ONNXTRAIN_BUFFER_CACHE_MB
+    # for the whole process; None leaves them as they are). plan_cache_mb bounds the idle arenas of
+    # the memory plans, buffer_cache_mb the freed output and gradient buffers kept for reuse; past
+    # either, the least recently used memory goes back to the system.
+    plan_cache_mb: int = None
+    buffer_cache_mb: int = None
+    # Exported graphs an ORTModule keeps, one per input structure, dtypes and mode (and per value
+    # of Python numbers that the trace turned into constants); the least recently used goes first.
+    max_cached_graphs: int = 16
 
     def __post_init__(self):
         self.log_level = LogLevel(self.log_level)
+        for name in ("plan_cache_mb", "buffer_cache_mb"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ValueError(f"DebugOptions({name}=...) takes a number of MiB >= 0, got {value!r}")
+        if not isinstance(self.max_cached_graphs, int) or self.max_cached_graphs < 1:
+            raise ValueError(f"DebugOptions(max_cached_graphs=...) takes an int >= 1, got {self.max_cached_graphs!r}")
         if self.save_onnx and not self.onnx_prefix:
             raise ValueError("DebugOptions(save_onnx=True) needs an onnx_prefix to name the files")
 

@@ -1,4 +1,5 @@
 """ORTModule: wrap a torch.nn.Module so that its forward and backward run in onnxtrain."""
+import collections
 import logging
 import time
 import types
@@ -9,7 +10,7 @@ import torch
 from . import _C, _cache, _io, profiler
 from ._autograd import ORTModuleFunction
 from ._engine import Graphs
-from ._export import TRACE_BATCH, ExportError, export
+from ._export import TRACE_BATCH, ExportError, diagnose_input_dtypes, export
 from ._logging import apply_log_level, logger
 from ._options import DebugOptions, fallback_enabled
 
@@ -56,12 +57,18 @@ class ORTModule(torch.nn.Module):
         self._original_module = module
         self._debug_options = debug_options or DebugOptions()
         apply_log_level(self._debug_options.log_level)
+        if self._debug_options.plan_cache_mb is not None:
+            _C.set_arena_budget(self._debug_options.plan_cache_mb << 20)
+        if self._debug_options.buffer_cache_mb is not None:
+            _C.set_buffer_cache_limit(self._debug_options.buffer_cache_mb << 20)
         if self._debug_options.profile_path:
             profiler.start(self._debug_options.profile_path)
         self._reset_state()
 
     def _reset_state(self):
-        self._graphs = {}  # (training, input schema, tensor signature) -> (Graphs, _ParamLookup)
+        # (training, input schema, tensor signature) -> (Graphs, _ParamLookup), least recently used
+        # first; bounded by DebugOptions.max_cached_graphs.
+        self._graphs = collections.OrderedDict()
         self._fallback_reason = None
         self._scalars_as_tensors = True  # False once an export baked a Python number in
         self.engine_runs = 0  # forward calls the engine served: tests use it to prove no fallback
@@ -120,7 +127,9 @@ class ORTModule(torch.nn.Module):
         training = self._original_module.training
         key = (training, schema, _io.tensor_signature(tensors))
         entry = None if full_trace else self._graphs.get(key)
-        if entry is None:
+        if entry is not None:
+            self._graphs.move_to_end(key)
+        else:
             entry = self._build(key, tensors, schema, training, full_trace)
             if entry[0].exported.bakes_scalars and self._scalars_as_tensors:
                 # The trace turned a Python number into a constant: from now on numbers are part of
@@ -145,7 +154,13 @@ class ORTModule(torch.nn.Module):
                 logger.info("onnxtrain: loaded the %s export of %s from the cache", "train" if training else "eval",
                             name)
         if exported is None:
-            exported = export(self._original_module, tensors, schema, training, full_trace)
+            try:
+                exported = export(self._original_module, tensors, schema, training, full_trace)
+            except ExportError as e:
+                dtype_error = diagnose_input_dtypes(self._original_module, tensors, schema, str(e))
+                if dtype_error is not None:
+                    raise dtype_error from None
+                raise
             for message, from_user_code in exported.trace_warnings:
                 logger.log(logging.WARNING if from_user_code else logging.DEBUG,
                            "onnxtrain: exporting %s: the tracer warns that the graph may not generalize: %s",
@@ -155,6 +170,11 @@ class ORTModule(torch.nn.Module):
         graphs = Graphs(exported, name, training, self._debug_options, time.perf_counter() - start)
         params = _ParamLookup(self._original_module, [ref for kind, ref in exported.graph_inputs if kind == "param"])
         self._graphs[key] = (graphs, params)
+        self._graphs.move_to_end(key)
+        while len(self._graphs) > self._debug_options.max_cached_graphs:
+            self._graphs.popitem(last=False)
+            logger.info("onnxtrain: %s keeps %d graphs (DebugOptions.max_cached_graphs); dropping the least "
+                        "recently used", name, self._debug_options.max_cached_graphs)
         return self._graphs[key]
 
     def _fall_back(self, reason, args, kwargs):

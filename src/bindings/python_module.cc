@@ -12,6 +12,7 @@
 #include "onnx/model_io.h"
 #include "optim/fused_step.h"
 #include "ops/registry.h"
+#include "runtime/arena_pool.h"
 #include "runtime/blas.h"
 #include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
@@ -214,6 +215,11 @@ PYBIND11_MODULE(_C, m) {
     return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
   }, py::arg("n") = 2048, py::arg("repeats") = 5);
   m.def("cached_buffer_bytes", &cached_buffer_bytes, "Bytes of freed buffers kept for reuse.");
+  m.def("buffer_cache_limit", &buffer_cache_limit);
+  m.def("set_buffer_cache_limit", &set_buffer_cache_limit, "Bytes of freed buffers kept at most (LRU).");
+  m.def("idle_arena_bytes", &idle_arena_bytes, "Bytes of memory-plan arenas kept for the next run.");
+  m.def("arena_budget", &arena_budget);
+  m.def("set_arena_budget", &set_arena_budget, "Bytes of idle memory-plan arenas kept at most (LRU).");
   m.def("set_num_threads", &ThreadPool::set_num_threads);
   m.def("get_num_threads", [] { return ThreadPool::global().num_threads(); });
   m.def("ops_with_kernels", [] { return OpRegistry::instance().ops_with_kernels(); });

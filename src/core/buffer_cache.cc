@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <list>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -16,6 +17,7 @@ namespace {
 constexpr size_t kAlign = 64;
 constexpr size_t kHugePage = 2 << 20;
 
+// Freed blocks by exact size, evicted least recently freed first once they pass the limit.
 class BufferCache {
  public:
   BufferCache() {
@@ -27,11 +29,13 @@ class BufferCache {
   void* take(size_t bytes) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      auto it = free_.find(bytes);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
+      auto it = by_size_.find(bytes);
+      if (it != by_size_.end() && !it->second.empty()) {
+        auto block = it->second.back();  // the most recently freed: likeliest still in cache
         it->second.pop_back();
+        void* p = block->pointer;
         held_ -= bytes;
+        lru_.erase(block);
         return p;
       }
     }
@@ -39,15 +43,19 @@ class BufferCache {
   }
 
   void give(void* p, size_t bytes) {
+    std::vector<Block> evicted;  // freed outside the lock
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (held_ + bytes <= limit_) {
-        free_[bytes].push_back(p);
+      if (bytes > limit_) {
+        evicted.push_back({p, bytes});
+      } else {
+        lru_.push_back({p, bytes});
+        by_size_[bytes].push_back(std::prev(lru_.end()));
         held_ += bytes;
-        return;
+        evict_to(limit_, evicted);
       }
     }
-    std::free(p);
+    for (const Block& b : evicted) free_large(b.pointer, b.bytes);
   }
 
   size_t held() {
@@ -55,17 +63,51 @@ class BufferCache {
     return held_;
   }
 
-  void release() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& kv : free_)
-      for (void* p : kv.second) std::free(p);
-    free_.clear();
-    held_ = 0;
+  void set_limit(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      limit_ = bytes;
+    }
+    trim_to(bytes);
   }
 
+  size_t limit() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return limit_;
+  }
+
+  void release() { trim_to(0); }
+
  private:
+  struct Block {
+    void* pointer;
+    size_t bytes;
+  };
+
+  void trim_to(size_t bytes) {
+    std::vector<Block> evicted;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      evict_to(bytes, evicted);
+    }
+    for (const Block& b : evicted) free_large(b.pointer, b.bytes);
+  }
+
+  void evict_to(size_t limit, std::vector<Block>& evicted) {
+    while (held_ > limit && !lru_.empty()) {
+      Block oldest = lru_.front();
+      auto& same_size = by_size_[oldest.bytes];
+      same_size.erase(same_size.begin());  // blocks of one size are freed, and listed, in order
+      if (same_size.empty()) by_size_.erase(oldest.bytes);
+      lru_.pop_front();
+      held_ -= oldest.bytes;
+      evicted.push_back(oldest);
+    }
+  }
+
   std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::list<Block> lru_;  // front: least recently freed
+  std::unordered_map<size_t, std::vector<std::list<Block>::iterator>> by_size_;
   size_t held_ = 0;
   size_t limit_ = 0;
 };
@@ -79,18 +121,26 @@ BufferCache& cache() {
 }  // namespace
 
 void* allocate_large(size_t bytes) {
-  const size_t padded = (bytes + kAlign - 1) / kAlign * kAlign;
+  const size_t padded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
   if (bytes < kHugePage) {
     void* p = std::aligned_alloc(kAlign, padded);
     OT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
     return p;
   }
-  void* p = std::aligned_alloc(kHugePage, padded);
-  OT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
-  // Only the huge pages that lie wholly inside the block: a huge page is resident in full once
-  // any byte of it is touched, so covering the tail would cost up to 2 MiB of RSS for nothing.
-  madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice: without THP, 4 KiB pages
+  // A mapping of its own: unmapping returns it to the system at once, where glibc would keep
+  // freed large blocks in its heap once its mmap threshold has adapted to their size.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  OT_CHECK(p != MAP_FAILED, "out of memory mapping ", bytes, " bytes");
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice: without THP, 4 KiB pages
   return p;
+}
+
+void free_large(void* p, size_t bytes) {
+  if (!p) return;
+  if (bytes < kHugePage)
+    std::free(p);
+  else
+    munmap(p, bytes);
 }
 
 std::shared_ptr<void> allocate_buffer(size_t bytes) {
@@ -114,10 +164,12 @@ std::shared_ptr<void> allocate_uncached(size_t bytes) {
     OT_CHECK(p != MAP_FAILED, "out of memory mapping ", bytes, " bytes");
     return std::shared_ptr<void>(p, [bytes](void* q) { munmap(q, bytes); });
   }
-  return std::shared_ptr<void>(allocate_large(std::max<size_t>(bytes, 1)), [](void* q) { std::free(q); });
+  return std::shared_ptr<void>(allocate_large(bytes), [bytes](void* q) { free_large(q, bytes); });
 }
 
 size_t cached_buffer_bytes() { return cache().held(); }
+size_t buffer_cache_limit() { return cache().limit(); }
+void set_buffer_cache_limit(size_t bytes) { cache().set_limit(bytes); }
 
 void release_cached_buffers() { cache().release(); }
 

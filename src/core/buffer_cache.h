@@ -16,18 +16,22 @@ inline constexpr size_t kCachedBufferMinBytes = 64 * 1024;
 // last owner lets go.
 std::shared_ptr<void> allocate_buffer(size_t bytes);
 
-// A block for long-lived large memory (arenas): 64-byte aligned, and for 2 MiB and more backed
+// A block for large memory: 64-byte aligned, and for 2 MiB and more a mapping of its own backed
 // by transparent huge pages where the kernel offers them, since first-touch page faults are the
 // main cost of fresh memory (about 10 us per 4 KiB page on a virtual machine). Release with
-// std::free.
+// free_large and the same size.
 void* allocate_large(size_t bytes);
+void free_large(void* p, size_t bytes);
 
 // A block that goes straight back to the system when freed: for memory that will not be needed
 // in this size again (a recording run's intermediates, which later runs take from an arena).
 std::shared_ptr<void> allocate_uncached(size_t bytes);
 
-// Bytes currently held for reuse, and the limit (ONNXTRAIN_BUFFER_CACHE_MB, default 1024).
+// Bytes currently held for reuse, and the limit (ONNXTRAIN_BUFFER_CACHE_MB, default 1024, or
+// set_buffer_cache_limit); past the limit the least recently freed blocks go back to the system.
 size_t cached_buffer_bytes();
+size_t buffer_cache_limit();
+void set_buffer_cache_limit(size_t bytes);
 void release_cached_buffers();
 
 }  // namespace onnxtrain

@@ -50,15 +50,20 @@ class TensorShape {
     ++rank_;
   }
 
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int i = 0; i < rank_; ++i) n *= dims_[i];
-    return n;
-  }
-  // Product of dims in [from, to).
+  // The element count; throws for a negative dim or a count beyond int64 (a hostile Reshape or
+  // Expand target), so no size computed from it can wrap around.
+  int64_t numel() const { return size_between(0, rank_); }
+  // Product of dims in [from, to), checked as numel().
   int64_t size_between(int from, int to) const {
     int64_t n = 1;
-    for (int i = from; i < to; ++i) n *= dims_[i];
+    bool overflow = false, empty = false;
+    for (int i = from; i < to; ++i) {
+      if (dims_[i] < 0) throw_negative_dim(i);
+      empty = empty || dims_[i] == 0;
+      overflow = __builtin_mul_overflow(n, dims_[i], &n) || overflow;
+    }
+    if (empty) return 0;  // a 0 dim anywhere makes the count 0, however large the others
+    if (overflow) throw_too_large();
     return n;
   }
   std::vector<int64_t> to_vector() const { return {begin(), end()}; }
@@ -73,6 +78,8 @@ class TensorShape {
   bool operator!=(const TensorShape& o) const { return !(*this == o); }
 
  private:
+  [[noreturn]] void throw_negative_dim(int i) const;
+  [[noreturn]] void throw_too_large() const;
   template <typename It>
   void assign(It first, It last) {
     rank_ = 0;

@@ -2,6 +2,9 @@
 
 #include "core/buffer_cache.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <sstream>
 
@@ -17,6 +20,14 @@ std::string TensorShape::str() const {
   return os.str();
 }
 
+void TensorShape::throw_negative_dim(int i) const {
+  OT_THROW("shape ", str(), " has a negative dimension (", dims_[i], " at axis ", i, ")");
+}
+
+void TensorShape::throw_too_large() const {
+  OT_THROW("shape ", str(), " has more elements than a 64-bit size can count");
+}
+
 int normalize_axis(int64_t axis, int rank, const char* what) {
   OT_CHECK(axis >= -rank && axis < std::max(rank, 1), what, ": axis ", axis,
            " is out of range for rank ", rank);
@@ -25,8 +36,36 @@ int normalize_axis(int64_t axis, int rank, const char* what) {
 
 std::shared_ptr<void> allocate_aligned(size_t bytes) { return allocate_buffer(bytes); }
 
+namespace {
+uint64_t physical_memory_bytes() {
+  static const uint64_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : UINT64_MAX;
+  }();
+  return bytes;
+}
+std::atomic<uint64_t> tensor_byte_limit{0};  // 0: physical memory
+}  // namespace
+
+void set_tensor_byte_limit(size_t bytes) { tensor_byte_limit.store(bytes); }
+
+void check_allocation_size(uint64_t bytes, const char* what, const std::string& detail) {
+  const uint64_t set = tensor_byte_limit.load(std::memory_order_relaxed);
+  const uint64_t limit = set ? set : physical_memory_bytes();
+  OT_CHECK(bytes <= limit, what, detail, " needs ", bytes >> 20, " MiB, more than ",
+           set ? "the tensor size limit" : "this machine's memory", " (", limit >> 20, " MiB)");
+}
+
+size_t tensor_bytes(DType dtype, const TensorShape& shape) {
+  uint64_t bytes = 0;
+  const bool overflow = __builtin_mul_overflow(static_cast<uint64_t>(shape.numel()), dtype_size(dtype), &bytes);
+  OT_CHECK(!overflow, dtype_name(dtype), shape.str(), " has more bytes than a 64-bit size can count");
+  check_allocation_size(bytes, dtype_name(dtype), shape.str());
+  return static_cast<size_t>(bytes);
+}
+
 Tensor Tensor::empty(DType dtype, const TensorShape& shape) {
-  size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  const size_t bytes = tensor_bytes(dtype, shape);
   auto holder = allocate_aligned(bytes);
   void* data = holder.get();
   return Tensor(dtype, shape, data, std::move(holder));

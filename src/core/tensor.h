@@ -9,6 +9,16 @@
 
 namespace onnxtrain {
 
+// Bytes of a dense tensor of `shape`: throws when the count overflows, or when the tensor would be
+// larger than this machine's physical memory (an allocation that size could only end in the
+// kernel's OOM killer, not in an error).
+size_t tensor_bytes(DType dtype, const TensorShape& shape);
+// Lowers that limit (0 restores physical memory): the fuzzer keeps every tensor small, so that
+// a hostile shape is an error it can see rather than memory it runs out of.
+void set_tensor_byte_limit(size_t bytes);
+// Throws when `bytes` exceed that limit; `what` and `detail` name the allocation in the message.
+void check_allocation_size(uint64_t bytes, const char* what, const std::string& detail = "");
+
 class Tensor {
  public:
   Tensor() = default;

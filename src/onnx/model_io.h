@@ -20,10 +20,6 @@ Graph load_model_file(const std::string& path, ModelMeta* meta = nullptr);
 std::string save_model(const Graph& graph, const ModelMeta& meta = {}, bool check = false);
 void save_model_file(const Graph& graph, const std::string& path, const ModelMeta& meta = {});
 
-// Runs ONNX shape inference over the graph and merges inferred dtypes and shapes into
-// value_info. Never throws for nodes ONNX cannot infer (custom domains, unknown shapes).
-void infer_shapes(Graph& graph);
-
 // (domain, op_type) of every node in the model, subgraphs included, read straight from the
 // protobuf: works for models the IR cannot hold (sequence types and the like).
 std::vector<std::pair<std::string, std::string>> list_model_ops(const std::string& bytes);

@@ -40,7 +40,7 @@ Tensor& KernelContext::allocate_output(int i, DType dtype, const TensorShape& sh
   OT_CHECK(i >= 0 && i < num_outputs(), "kernel wrote output ", i, " of ", num_outputs());
   const int id = node_.outputs[static_cast<size_t>(i)];
   Tensor& slot = state_.values[static_cast<size_t>(id)];
-  const int64_t bytes = shape.numel() * static_cast<int64_t>(dtype_size(dtype));
+  const int64_t bytes = static_cast<int64_t>(tensor_bytes(dtype, shape));
   if (state_.program.placement(id) == Placement::Arena) {
     if (state_.plan) {
       if (state_.plan->offset[id] >= 0 && state_.plan->bytes[id] == bytes) {
@@ -80,6 +80,7 @@ void KernelContext::alias_input(int out_index, int in_index, const TensorShape& 
 
 void* KernelContext::scratch(size_t bytes) {
   if (bytes == 0) return nullptr;
+  check_allocation_size(bytes, "scratch memory of ", node_.node->describe());
   if (state_.plan && state_.plan->scratch_bytes[node_index_] >= static_cast<int64_t>(bytes))
     return state_.arena + state_.plan->scratch_offset[node_index_];
   if (state_.record)

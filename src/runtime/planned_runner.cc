@@ -46,16 +46,11 @@ Run::Run(std::shared_ptr<PlannedRunner> owner, const ShapeSignature& signature, 
     state_.record = record_.get();
     return;
   }
-  entry_ = it->second.get();
-  if (!entry_->free_arenas.empty()) {
-    arena_ = std::move(entry_->free_arenas.back());
-    entry_->free_arenas.pop_back();
-  } else {
-    size_t bytes = static_cast<size_t>(std::max<int64_t>(entry_->plan.arena_bytes, 64));
-    arena_.reset(static_cast<uint8_t*>(allocate_large(bytes)));
-  }
+  it->second->last_used = ++runner.clock_;
+  entry_ = it->second;
+  arena_ = take_arena(static_cast<size_t>(std::max<int64_t>(entry_->plan.arena_bytes, 64)));
   state_.plan = &entry_->plan;
-  state_.arena = arena_.get();
+  state_.arena = arena_.data();
 }
 
 void Run::finish() {
@@ -76,19 +71,25 @@ void Run::finish() {
   log(LogLevel::Verbose, "memory plan for graph '", runner_->program_.graph().name, "': arena ", plan.arena_bytes,
       " bytes for ", plan.total_buffer_bytes, " bytes of buffers, at most ", plan.peak_live_bytes, " live at once");
   std::lock_guard<std::mutex> lock(runner_->mutex_);
-  auto& slot = runner_->plans_[signature_];
+  auto& plans = runner_->plans_;
+  auto& slot = plans[signature_];
   if (!slot) {
-    slot = std::make_unique<PlanEntry>();
+    slot = std::make_shared<PlanEntry>();
     slot->plan = std::move(plan);
+  }
+  slot->last_used = ++runner_->clock_;
+  while (plans.size() > PlannedRunner::kMaxPlans) {
+    auto oldest = plans.begin();
+    for (auto it = plans.begin(); it != plans.end(); ++it)
+      if (it->second->last_used < oldest->second->last_used) oldest = it;
+    plans.erase(oldest);  // runs still using it hold their own reference
   }
 }
 
 Run::~Run() {
   // Values may point into the arena: drop them before the arena goes back to the pool.
   state_.values.clear();
-  if (!arena_ || !entry_) return;
-  std::lock_guard<std::mutex> lock(runner_->mutex_);
-  entry_->free_arenas.push_back(std::move(arena_));
+  if (arena_) return_arena(std::move(arena_));
 }
 
 }  // namespace onnxtrain

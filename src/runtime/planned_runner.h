@@ -1,14 +1,16 @@
 #pragma once
 // Owns a Program and its memory plans, one per input-shape signature. The first run of a
 // signature records its allocations on the heap; when it completes, the plan is built and every
-// later run with that signature takes an arena from the plan's pool: no allocation per step.
-// Several runs may be alive at once (two forward calls before their backwards); each holds its
-// own arena.
+// later run with that signature takes an arena from the arena pool (runtime/arena_pool.h): no
+// allocation per step. Several runs may be alive at once (two forward calls before their
+// backwards); each holds its own arena. At most kMaxPlans plans are kept, the least recently used
+// going first, so that variable shapes (sequence lengths, last batches) cannot grow memory.
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 
+#include "runtime/arena_pool.h"
 #include "runtime/executor.h"
 
 namespace onnxtrain {
@@ -16,12 +18,10 @@ namespace onnxtrain {
 using ShapeSignature = std::vector<int64_t>;
 
 class PlannedRunner;
-using ArenaBuffer = std::unique_ptr<uint8_t, void (*)(void*)>;
 
-// A signature's plan and the arenas of finished runs, ready for reuse.
 struct PlanEntry {
   MemoryPlan plan;
-  std::vector<ArenaBuffer> free_arenas;
+  uint64_t last_used = 0;
 };
 
 // One run in flight: its values and its arena lease. It shares ownership of its runner, so that a
@@ -44,8 +44,8 @@ class Run {
   std::shared_ptr<PlannedRunner> runner_;
   ShapeSignature signature_;
   RunState state_;
-  PlanEntry* entry_ = nullptr;
-  ArenaBuffer arena_{nullptr, std::free};
+  std::shared_ptr<const PlanEntry> entry_;  // kept by a run even when the runner evicts it
+  Arena arena_;
   std::unique_ptr<AllocationRecord> record_;
   bool finished_ = false;
   friend class PlannedRunner;
@@ -58,7 +58,10 @@ class PlannedRunner {
   ThreadPool& pool() { return pool_; }
   RunOptions options;
 
-  // Arena statistics for reports: plans built, and the arena size of a signature's plan.
+  static constexpr size_t kMaxPlans = 64;
+
+  // Arena statistics for reports and tests: plans held, and the arena size of a signature's plan
+  // (-1 when it has none).
   size_t num_plans() const;
   int64_t arena_bytes(const ShapeSignature& signature) const;
 
@@ -67,7 +70,8 @@ class PlannedRunner {
   Program program_;
   ThreadPool& pool_;
   mutable std::mutex mutex_;
-  std::map<ShapeSignature, std::unique_ptr<PlanEntry>> plans_;
+  std::map<ShapeSignature, std::shared_ptr<PlanEntry>> plans_;
+  uint64_t clock_ = 0;  // ticks once per run, for least-recently-used eviction
 };
 
 // The signature of a list of input tensors: dtype, rank and dims of each.

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "onnx/model_io.h"
+#include "onnx/shape_inference.h"
 #include "passes/pipeline.h"
 #include "runtime/thread_pool.h"
 #include "session/input_check.h"

@@ -49,6 +49,7 @@ class TrainingSession {
 
   const TrainingGraph& training_graph() const { return *graph_; }
   const Program& program() const { return runner_->program(); }
+  const PlannedRunner& runner() const { return *runner_; }
 
   // Runs the forward part. Outputs follow training_graph().forward_outputs.
   std::shared_ptr<ForwardCall> forward(const std::vector<Tensor>& inputs, uint64_t seed, std::vector<Tensor>& outputs);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "onnx/model_io.h"
+#include "onnx/shape_inference.h"
 
 namespace onnxtrain {
 namespace {

@@ -1,6 +1,9 @@
 // Pow(X, Y) with broadcasting and mixed base/exponent types (the output has the base's type),
 // and its gradient with respect to both, through PowGrad(dY, X, Y) with attribute input = 0|1.
+#include <atomic>
+
 #include "autodiff/grad_builder.h"
+#include "core/checked_math.h"
 #include "ops/math/float_kernels.h"
 #include "ops/registry.h"
 
@@ -10,9 +13,9 @@ namespace {
 // Integer base: exact square-and-multiply (wrapping like numpy) for integer exponents; float
 // exponents go through double and truncate, as numpy's power followed by a cast does.
 template <typename T, typename E>
-T int_pow(T x, E e) {
+T int_pow(T x, E e, bool& out_of_range) {
   if constexpr (std::is_floating_point_v<E>) {
-    return static_cast<T>(std::pow(static_cast<double>(x), static_cast<double>(e)));
+    return float_to_int<T>(std::pow(static_cast<double>(x), static_cast<double>(e)), out_of_range);
   } else {
     if constexpr (std::is_signed_v<E>) {
       if (e < 0) {
@@ -34,9 +37,9 @@ T int_pow(T x, E e) {
 }
 
 template <typename T, typename E>
-T power(T x, E e) {
+T power(T x, E e, bool& out_of_range) {
   if constexpr (std::is_floating_point_v<T>) return std::pow(x, static_cast<T>(e));
-  else return int_pow(x, e);
+  else return int_pow(x, e, out_of_range);
 }
 
 template <typename Fn>
@@ -79,8 +82,16 @@ void pow_kernel(KernelContext& ctx) {
             pow_scalar_fast<T>(ctx, x.data<T>(), static_cast<T>(e.data<E>()[0]), out.data<T>(), x.numel()))
           return;
       }
+      std::atomic<bool> out_of_range{false};
       binary_broadcast(ctx.threads(), x.data<T>(), x.shape(), e.data<E>(), e.shape(), out.data<T>(), shape,
-                       [](T a, E b) { return power(a, b); });
+                       [&out_of_range](T a, E b) {
+                         bool bad = false;
+                         T r = power(a, b, bad);
+                         if (bad) out_of_range.store(true, std::memory_order_relaxed);
+                         return r;
+                       });
+      OT_CHECK(!out_of_range.load(), "Pow: an integer base raised to a float exponent gave NaN, an infinity or a "
+               "value out of the range of ", dtype_name(x.dtype()), " (0 to a negative power, say)");
     });
   });
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/checked_math.h"
 #include "ops/kernel.h"
 #include "runtime/thread_pool.h"
 
@@ -60,20 +61,22 @@ void resolve_columns(ConvGeometry& g, const SpatialAttrs& a, bool ceil_mode, con
     }
   }
   for (int i = slot(s, 0); i < kMaxSpatial; ++i) {
-    const int64_t extent = (g.kernel[i] - 1) * g.dilation[i] + 1;
+    // Attributes come from the model: a hostile one must get an error, not a wrapped size.
+    const int64_t extent = checked_add(checked_mul(g.kernel[i] - 1, g.dilation[i], op), 1, op);
     if (a.auto_pad == AutoPad::SameUpper || a.auto_pad == AutoPad::SameLower) {
       g.out[i] = ceil_div(g.in[i], g.stride[i]);
-      const int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * g.stride[i] + extent - g.in[i]);
+      const int64_t total = std::max<int64_t>(
+          0, checked_sub(checked_add(checked_mul(g.out[i] - 1, g.stride[i], op), extent, op), g.in[i], op));
       g.pad_begin[i] = a.auto_pad == AutoPad::SameUpper ? total / 2 : total - total / 2;
       g.pad_end[i] = total - g.pad_begin[i];
       continue;
     }
-    const int64_t span = g.in[i] + g.pad_begin[i] + g.pad_end[i] - extent;
+    const int64_t span = checked_sub(checked_add(checked_add(g.in[i], g.pad_begin[i], op), g.pad_end[i], op), extent, op);
     OT_CHECK(span >= 0, op, ": spatial axis ", i - slot(s, 0), " has size ", g.in[i], " with pads ", g.pad_begin[i],
              "+", g.pad_end[i], ", smaller than the kernel extent ", extent);
     g.out[i] = (ceil_mode ? ceil_div(span, g.stride[i]) : span / g.stride[i]) + 1;
     // As PyTorch and ONNX Runtime do: ceil_mode never starts a window inside the end padding.
-    if (ceil_mode && (g.out[i] - 1) * g.stride[i] >= g.in[i] + g.pad_begin[i]) --g.out[i];
+    if (ceil_mode && (g.out[i] - 1) * g.stride[i] >= g.in[i] + g.pad_begin[i]) --g.out[i];  // both < span
   }
 }
 
@@ -180,9 +183,12 @@ ConvGeometry conv_transpose_geometry(const SpatialAttrs& a, const TensorShape& x
     g.out[k] = x[i + 2];
     OT_CHECK(adj[k] < g.stride[k] || adj[k] < g.dilation[k], "ConvTranspose: output_padding ", adj[k],
              " on axis ", i, " must be smaller than the stride or the dilation");
-    const int64_t natural = g.stride[k] * (g.out[k] - 1) + adj[k] + (g.kernel[k] - 1) * g.dilation[k] + 1;
+    const char* op = "ConvTranspose";
+    const int64_t natural =
+        checked_add(checked_add(checked_mul(g.stride[k], g.out[k] - 1, op), adj[k], op),
+                    checked_add(checked_mul(g.kernel[k] - 1, g.dilation[k], op), 1, op), op);
     if (!target.empty() || same) {
-      g.in[k] = target.empty() ? g.out[k] * g.stride[k] : target[static_cast<size_t>(i)];
+      g.in[k] = target.empty() ? checked_mul(g.out[k], g.stride[k], op) : target[static_cast<size_t>(i)];
       // ONNX's split of the total padding: the odd one at the end for SAME_UPPER, at the start
       // otherwise. An output larger than the natural size gets no negative padding: its tail is
       // left at zero (plus bias), as ONNX Runtime does.
@@ -196,7 +202,7 @@ ConvGeometry conv_transpose_geometry(const SpatialAttrs& a, const TensorShape& x
         OT_CHECK(g.pad_begin[k] >= 0 && g.pad_end[k] >= 0, "ConvTranspose: attribute pads ", join(a.pads),
                  " must not be negative");
       }
-      g.in[k] = natural - g.pad_begin[k] - g.pad_end[k];
+      g.in[k] = checked_sub(checked_sub(natural, g.pad_begin[k], op), g.pad_end[k], op);
     }
     OT_CHECK(g.in[k] >= 1, "ConvTranspose: output axis ", i, " would have size ", g.in[k], " (X ", x.str(),
              ", W ", w.str(), ")");

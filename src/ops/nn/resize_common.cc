@@ -30,12 +30,22 @@ double source_coord(const Options& o, const Geometry& g, int a, double x) {
   return x;
 }
 
+// A source coordinate as an index. Extreme roi or scales put coordinates far outside the input
+// (or at NaN), where a plain cast is undefined; every caller clamps the index into the input, so
+// saturating here changes no in-range result.
+int64_t to_index(double x) {
+  constexpr double kLimit = 4.0e18;
+  if (!(x > -kLimit)) return static_cast<int64_t>(-kLimit);  // NaN lands here too
+  if (x > kLimit) return static_cast<int64_t>(kLimit);
+  return static_cast<int64_t>(x);
+}
+
 int64_t round_nearest(Rounding r, double x) {
   switch (r) {
-    case Rounding::RoundPreferFloor: return static_cast<int64_t>(std::ceil(x - 0.5));
-    case Rounding::RoundPreferCeil: return static_cast<int64_t>(std::floor(x + 0.5));
-    case Rounding::Floor: return static_cast<int64_t>(std::floor(x));
-    case Rounding::Ceil: return static_cast<int64_t>(std::ceil(x));
+    case Rounding::RoundPreferFloor: return to_index(std::ceil(x - 0.5));
+    case Rounding::RoundPreferCeil: return to_index(std::floor(x + 0.5));
+    case Rounding::Floor: return to_index(std::floor(x));
+    case Rounding::Ceil: return to_index(std::ceil(x));
   }
   return 0;
 }
@@ -89,11 +99,11 @@ void build_taps(const Options& o, const Geometry& g, int a, AxisTaps& t) {
       const double f = std::floor(xs);
       const double frac = xs - f;
       if (o.mode == Mode::Linear) {
-        first = static_cast<int64_t>(f);
+        first = to_index(f);
         wd[0] = 1 - frac;
         wd[1] = frac;
       } else {
-        first = static_cast<int64_t>(f) - 1;
+        first = to_index(f) - 1;
         cubic_weights(frac, o.cubic_a, wd);
       }
     }
@@ -302,6 +312,8 @@ Geometry make_geometry(const Options& o, const TensorShape& in, const std::vecto
       OT_CHECK(s > 0, "scales must be positive, got ", s, " for axis ", a);
       g.scale[a] = s;
       g.out_length[a] = in_d * s * (g.roi_end[a] - g.roi_start[a]);
+      OT_CHECK(g.out_length[a] >= 0 && g.out_length[a] < 9.2e18, "scale ", s, " and roi [", g.roi_start[a], ", ",
+               g.roi_end[a], "] give axis ", a, " of X ", in.str(), " no valid output size");
       g.out[a] = static_cast<int64_t>(std::floor(g.out_length[a]));
     } else {
       OT_CHECK(sizes[static_cast<size_t>(a)] >= 0, "sizes must be non-negative, got ", sizes[static_cast<size_t>(a)]);

@@ -1,6 +1,9 @@
 // Cast and CastLike between numeric, bool, float16 and bfloat16 types; gradients cast back to the
 // input's float type. String tensors cannot be held by onnxtrain (dtype_from_onnx rejects them).
+#include <atomic>
+
 #include "autodiff/grad_builder.h"
+#include "core/checked_math.h"
 #include "core/half.h"
 #include "ops/common/elementwise.h"
 #include "ops/registry.h"
@@ -35,6 +38,22 @@ To convert(From v) {
   }
 }
 
+// Float to integer: NaN, infinities and out-of-range values are refused (C++ leaves them
+// undefined; PyTorch gives whatever the CPU's conversion instruction does).
+template <typename From, typename To>
+To convert_checked(From v, std::atomic<bool>& out_of_range) {
+  if constexpr (std::is_integral_v<To> && !std::is_same_v<To, bool> && std::is_floating_point_v<From>) {
+    bool bad = false;
+    To r = float_to_int<To>(v, bad);
+    if (bad) out_of_range.store(true, std::memory_order_relaxed);
+    return r;
+  } else if constexpr (std::is_integral_v<To> && !std::is_same_v<To, bool> && kIsHalf<From>) {
+    return convert_checked<float, To>(convert<From, float>(v), out_of_range);
+  } else {
+    return convert<From, To>(v);
+  }
+}
+
 template <typename Fn>
 decltype(auto) dispatch_castable(DType t, const char* what, Fn&& fn) {
   if (t == DType::Float16) return fn(TypeTag<Half>{});
@@ -53,7 +72,11 @@ void cast_to(KernelContext& ctx, const char* what, DType to) {
     using From = typename decltype(from_tag)::type;
     dispatch_castable(to, what, [&](auto to_tag) {
       using To = typename decltype(to_tag)::type;
-      unary_map(ctx.threads(), x.data<From>(), y.data<To>(), x.numel(), [](From v) { return convert<From, To>(v); });
+      std::atomic<bool> out_of_range{false};
+      unary_map(ctx.threads(), x.data<From>(), y.data<To>(), x.numel(),
+                [&out_of_range](From v) { return convert_checked<From, To>(v, out_of_range); });
+      OT_CHECK(!out_of_range.load(), what, ": a NaN, infinite or out-of-range ", dtype_name(x.dtype()),
+               " value cannot convert to ", dtype_name(to));
     });
   });
 }

@@ -1,6 +1,7 @@
 // Concat and Split, each the other's gradient.
 #include <cstring>
 
+#include "core/checked_math.h"
 #include "ops/common/elementwise.h"
 #include "ops/registry.h"
 #include "ops/tensor/indexing.h"
@@ -31,7 +32,7 @@ class ConcatKernel final : public Kernel {
       for (int d = 0; d < t.rank(); ++d)
         OT_CHECK(d == axis || t.dim(d) == first.dim(d), "input ", i, " ", t.str(), " differs from input 0 ",
                  first.str(), " in dim ", d, " (only axis ", axis, " may differ)");
-      shape[axis] += t.dim(axis);
+      shape[axis] = checked_add(shape[axis], t.dim(axis), "Concat");
     }
     Tensor& out = ctx.allocate_output(0, first.dtype(), shape);
     if (out.numel() == 0) return;
@@ -83,7 +84,7 @@ class SplitKernel final : public Kernel {
     int64_t total = 0;
     for (int64_t s : sizes) {
       OT_CHECK(s >= 0, "split sizes must not be negative, got ", s);
-      total += s;
+      total = checked_add(total, s, "Split");
     }
     OT_CHECK(total == dim, "split sizes add up to ", total, ", but dim ", axis, " of ", x.str(), " is ", dim);
     const int64_t es = static_cast<int64_t>(dtype_size(x.dtype()));

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/checked_math.h"
 #include "ops/common/elementwise.h"
 #include "ops/registry.h"
 #include "ops/tensor/indexing.h"
@@ -24,12 +25,16 @@ void range(KernelContext& ctx) {
     OT_CHECK(d != T(0), "delta must not be 0");
     int64_t n;
     if constexpr (std::is_floating_point_v<T>) {
-      n = static_cast<int64_t>(std::max(std::ceil((static_cast<double>(l) - s) / d), 0.0));
+      const double count = std::max(std::ceil((static_cast<double>(l) - s) / d), 0.0);
+      // NaN bounds or a count past int64 (a tiny delta): no cast to int64 can be trusted.
+      OT_CHECK(count < 9.2e18, "Range(", s, ", ", l, ", ", d, ") has no countable number of elements");
+      n = static_cast<int64_t>(count);
     } else {
       // Exact ceil((l - s) / d) in integers, on int64 so that the difference cannot overflow T.
-      const int64_t diff = static_cast<int64_t>(l) - static_cast<int64_t>(s), step = static_cast<int64_t>(d);
+      const int64_t diff = checked_sub(static_cast<int64_t>(l), static_cast<int64_t>(s), "Range"),
+                    step = static_cast<int64_t>(d);
       if (step > 0) n = diff > 0 ? (diff - 1) / step + 1 : 0;
-      else n = diff < 0 ? (diff + 1) / step + 1 : 0;
+      else n = diff < 0 ? checked_add((diff + 1) / step, 1, "Range") : 0;
     }
     Tensor& out = ctx.allocate_output(0, start.dtype(), {n});
     T* o = out.data<T>();

@@ -7,6 +7,7 @@
 // reflecting instead of failing (PyTorch rejects them).
 #include <cstring>
 
+#include "core/checked_math.h"
 #include "ops/common/elementwise.h"
 #include "ops/registry.h"
 #include "ops/tensor/indexing.h"
@@ -38,10 +39,11 @@ PadPlan plan_pad(KernelContext& ctx, const TensorShape& in, const std::vector<in
   PadPlan p;
   int64_t total = 0;
   for (int d = 0; d < rank; ++d) {
-    const int64_t n = in[d] + pads[static_cast<size_t>(d)] + pads[static_cast<size_t>(d + rank)];
+    const int64_t n = checked_add(checked_add(in[d], pads[static_cast<size_t>(d)], "Pad"),
+                                  pads[static_cast<size_t>(d + rank)], "Pad");
     OT_CHECK(n >= 0, "pads crop axis ", d, " of ", in.str(), " below zero");
     p.out.push_back(n);
-    total += n;
+    total = checked_add(total, n, "Pad");
   }
   auto* maps = static_cast<int64_t*>(ctx.scratch(static_cast<size_t>(std::max<int64_t>(total, 1)) * sizeof(int64_t)));
   for (int d = 0; d < rank; ++d) {
@@ -162,7 +164,8 @@ class PadGradKernel final : public Kernel {
     OT_CHECK(static_cast<int>(pads.size()) == 2 * rank, "PadGrad: pads has ", pads.size(), " values for dY ", dy.str());
     TensorShape in;
     for (int d = 0; d < rank; ++d) {
-      in.push_back(dy.dim(d) - pads[static_cast<size_t>(d)] - pads[static_cast<size_t>(d + rank)]);
+      in.push_back(checked_sub(checked_sub(dy.dim(d), pads[static_cast<size_t>(d)], "PadGrad"),
+                               pads[static_cast<size_t>(d + rank)], "PadGrad"));
       OT_CHECK(in[d] >= 0, "PadGrad: dY ", dy.str(), " is smaller than its pads");
     }
     PadPlan p = plan_pad(ctx, in, pads, mode_);

@@ -1,5 +1,6 @@
 // Shape-only ops that reuse their input's memory: Identity, Reshape, Flatten, Squeeze, Unsqueeze.
 // Each gradient reshapes the incoming gradient back to the input's shape.
+#include "core/checked_math.h"
 #include "autodiff/grad_builder.h"
 #include "ops/registry.h"
 
@@ -36,7 +37,7 @@ class ReshapeKernel final : public Kernel {
         continue;
       }
       OT_CHECK(d >= 0, "invalid target dimension ", d);
-      known *= d;
+      known = checked_mul(known, d, "Reshape target shape");
       shape.push_back(d);
     }
     if (infer >= 0) {

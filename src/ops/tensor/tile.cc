@@ -2,6 +2,7 @@
 // a row of dY is `repeats[last]` copies of one row of X.
 #include <cstring>
 
+#include "core/checked_math.h"
 #include "ops/common/elementwise.h"
 #include "ops/registry.h"
 #include "ops/tensor/indexing.h"
@@ -29,7 +30,7 @@ class TileKernel final : public Kernel {
     for (int d = 0; d < x.rank(); ++d) {
       const int64_t r = repeats[static_cast<size_t>(d)];
       OT_CHECK(r >= 0, "repeats must not be negative, got ", r);
-      shape[d] *= r;
+      shape[d] = checked_mul(shape[d], r, "Tile");
     }
     Tensor& y = ctx.allocate_output(0, x.dtype(), shape);
     if (y.numel() == 0) return;

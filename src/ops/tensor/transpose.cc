@@ -126,6 +126,15 @@ void permute(ThreadPool& pool, const T* in, const TensorShape& in_shape, const s
   });
 }
 
+void check_permutation(const std::vector<int64_t>& perm) {
+  std::vector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    OT_CHECK(p >= 0 && p < static_cast<int64_t>(perm.size()) && !seen[static_cast<size_t>(p)], "perm (entry ", p,
+             " of ", perm.size(), ") is not a permutation of the input's axes");
+    seen[static_cast<size_t>(p)] = true;
+  }
+}
+
 class TransposeKernel final : public Kernel {
  public:
   explicit TransposeKernel(const KernelInfo& info) : perm_(info.node.attr_ints("perm")) {}
@@ -135,13 +144,9 @@ class TransposeKernel final : public Kernel {
     if (perm.empty())
       for (int d = x.rank() - 1; d >= 0; --d) perm.push_back(d);
     OT_CHECK(static_cast<int>(perm.size()) == x.rank(), "perm has ", perm.size(), " entries for input ", x.str());
-    std::vector<bool> seen(perm.size(), false);
+    check_permutation(perm);
     TensorShape shape;
-    for (int64_t p : perm) {
-      OT_CHECK(p >= 0 && p < x.rank() && !seen[p], "perm is not a permutation of the input's axes");
-      seen[p] = true;
-      shape.push_back(x.dim(static_cast<int>(p)));
-    }
+    for (int64_t p : perm) shape.push_back(x.dim(static_cast<int>(p)));
     if (x.rank() <= 1) {
       ctx.allocate_output(0, x.dtype(), shape).copy_from(x);
       return;
@@ -162,6 +167,11 @@ void transpose_gradient(GradBuilder& g) {
   if (perm.empty()) {  // default perm reverses the axes, and is its own inverse
     g.set_input_grad(0, g.op("Transpose", {g.output_grad(0)}));
     return;
+  }
+  try {
+    check_permutation(perm);
+  } catch (const Error& e) {
+    OT_THROW(g.node().describe(), ": ", e.what());
   }
   std::vector<int64_t> inverse(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
