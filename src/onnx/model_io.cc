@@ -44,9 +44,17 @@ Graph load_model(const std::string& bytes, ModelMeta* meta) {
   OT_CHECK(mp.has_graph(), "the ONNX model has no graph");
   Graph g;
   g.opsets.clear();
-  for (const auto& op : mp.opset_import())
-    g.opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = static_cast<int>(op.version());
+  for (const auto& op : mp.opset_import()) {
+    const std::string domain = op.domain() == "ai.onnx" ? "" : op.domain();
+    OT_CHECK(op.version() >= 1 && op.version() <= 10000, "the model imports domain '", domain, "' at version ",
+             op.version(), "; opset versions start at 1");
+    g.opsets[domain] = static_cast<int>(op.version());
+  }
   load_graph(mp.graph(), g);
+  // Without an imported version a node has no schema, and nothing could check its inputs.
+  for (const Node& n : g.nodes)
+    OT_CHECK(g.opsets.count(n.domain), n.describe(), " is in domain '", n.domain,
+             "', which the model does not import (opset_import)");
   if (meta) {
     meta->ir_version = mp.ir_version();
     meta->producer_name = mp.producer_name();

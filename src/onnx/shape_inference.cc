@@ -99,7 +99,15 @@ class NodeByNodeInference {
     auto opset = graph_.opsets.find(n.domain);
     if (opset == graph_.opsets.end()) return;
     const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type, opset->second, n.domain);
-    if (!schema) return;  // an op ONNX does not know: the engine reports it if it lacks a kernel too
+    if (!schema) {
+      // Defined only from a later opset: a model ONNX's checker refuses, and whose inputs nothing
+      // could check. An op no version defines is left to the kernel lookup, which names it.
+      const onnx::OpSchema* later = onnx::OpSchemaRegistry::Schema(n.op_type, 1 << 20, n.domain);
+      OT_CHECK(!later, n.describe(), " is not defined at version ", opset->second, " of domain '", n.domain,
+               "' that the model imports (its latest definition is from version ", later ? later->SinceVersion() : 0,
+               ")");
+      return;
+    }
     check_arity(n, *schema);
     guard(n);
     if (n.op_type == "Constant" && n.domain.empty() && n.has_attr("value") && n.outputs.size() == 1) {

@@ -10,7 +10,7 @@ namespace {
 
 bool is_forward_loss(const Node& n) {
   return n.op_type == "SoftmaxCrossEntropyLoss" && (n.domain.empty() || n.domain == kOnnxTrainDomain) &&
-         !n.in_backward;
+         !n.in_backward && n.inputs.size() >= 2 && !n.outputs.empty();
 }
 
 bool recomputes_statistics(const Node& n) {

@@ -7,7 +7,7 @@ namespace {
 
 // A Transpose that only swaps the last two axes (rank >= 2): what a transpose flag expresses.
 bool swaps_last_two(const Node& t, const Graph& graph) {
-  if (t.op_type != "Transpose" || !t.domain.empty()) return false;
+  if (t.op_type != "Transpose" || !t.domain.empty() || t.inputs.size() != 1 || t.outputs.size() != 1) return false;
   std::vector<int64_t> perm = t.attr_ints("perm");
   if (perm.empty()) {  // default: reverse all axes, a last-two swap only at rank 2
     const ValueInfo* vi = graph.info(t.inputs[0]);
@@ -32,7 +32,7 @@ bool fold_transposes_into_matmul(Graph& graph) {
     const bool matmul = n.domain.empty() && n.op_type == "MatMul";
     const bool fused = n.domain == kOnnxTrainDomain && n.op_type == "FusedMatMul";
     const bool gemm = n.domain.empty() && n.op_type == "Gemm";
-    if (!matmul && !fused && !gemm) continue;
+    if ((!matmul && !fused && !gemm) || n.inputs.size() < 2) continue;
     for (int i = 0; i < 2; ++i) {
       auto it = transposes.find(n.inputs[static_cast<size_t>(i)]);
       if (it == transposes.end()) continue;
