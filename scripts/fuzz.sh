@@ -9,15 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
-./scripts/setup.sh
-if ! command -v clang++ >/dev/null; then
-  echo "fuzz: clang++ not found (scripts/setup.sh installs clang)" >&2
-  exit 1
-fi
-if [ ! -f build-asan/build.ninja ]; then
-  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DONNXTRAIN_SANITIZE=ON
-fi
-cmake --build build-asan -j "$(nproc)" --target onnxtrain_fuzz_model
+./scripts/build_asan.sh onnxtrain_fuzz_model
 corpus=build-asan/fuzz-corpus
 mkdir -p "$corpus"
 if [ -z "$(ls -A "$corpus")" ]; then

@@ -3,15 +3,7 @@
 # Builds into build-asan/ (ONNXTRAIN_SANITIZE=ON, which also builds the fuzz target), then runs ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
-if ! command -v clang++ >/dev/null; then
-  echo "sanitize: clang++ not found (scripts/setup.sh installs clang)" >&2
-  exit 1
-fi
-if [ ! -f build-asan/build.ninja ]; then
-  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DONNXTRAIN_SANITIZE=ON
-fi
-cmake --build build-asan -j "$(nproc)"
+./scripts/build_asan.sh
 # Leak checking stays on; protobuf's and oneDNN's process-lifetime singletons are not leaks we own.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
