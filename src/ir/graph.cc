@@ -100,6 +100,14 @@ size_t Graph::add_node(Node node) {
   return nodes.size() - 1;
 }
 
+void Graph::remove_nodes(const std::vector<bool>& removed) {
+  std::vector<Node> kept;
+  kept.reserve(nodes.size());
+  for (size_t k = 0; k < nodes.size(); ++k)
+    if (k >= removed.size() || !removed[k]) kept.push_back(std::move(nodes[k]));
+  nodes = std::move(kept);
+}
+
 std::unordered_map<std::string, size_t> Graph::producers() const {
   std::unordered_map<std::string, size_t> out;
   for (size_t i = 0; i < nodes.size(); ++i)

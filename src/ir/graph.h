@@ -79,6 +79,8 @@ class Graph {
   std::string unique_name(const std::string& base);
   // Appends a node and returns its index; output names must be fresh.
   size_t add_node(Node node);
+  // Removes the nodes whose flag is set, keeping the others in order.
+  void remove_nodes(const std::vector<bool>& removed);
 
   // Node index producing each value (graph inputs and initializers are absent).
   std::unordered_map<std::string, size_t> producers() const;

@@ -69,10 +69,7 @@ bool eliminate_common_subexpressions(Graph& graph) {
     drop[k] = true;
   }
   if (rename.empty()) return false;
-  std::vector<Node> kept;
-  for (size_t k = 0; k < graph.nodes.size(); ++k)
-    if (!drop[k]) kept.push_back(std::move(graph.nodes[k]));
-  graph.nodes = std::move(kept);
+  graph.remove_nodes(drop);
   return true;
 }
 

@@ -74,10 +74,7 @@ bool fuse_matmul_bias(Graph& graph) {
   }
   if (!changed) return false;
   if (!graph.opsets.count(kOnnxTrainDomain)) graph.opsets[kOnnxTrainDomain] = 1;
-  std::vector<Node> kept;
-  for (size_t k = 0; k < graph.nodes.size(); ++k)
-    if (!drop[k]) kept.push_back(std::move(graph.nodes[k]));
-  graph.nodes = std::move(kept);
+  graph.remove_nodes(drop);
   return true;
 }
 
