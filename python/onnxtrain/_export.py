@@ -22,24 +22,40 @@ class InputDtypeError(TypeError):
 
 
 def diagnose_input_dtypes(module, tensors, input_schema, export_error):
-    """After a failed export: the InputDtypeError that explains it, when inputs have a dtype other
-    than the one the module's parameters share; otherwise None."""
+    """After a failed export: the InputDtypeError to raise when inputs have a dtype other than the
+    one the module's floating parameters share and eager PyTorch fails on the same call too (so
+    the call itself is wrong, not our export); otherwise None, and the fallback policy applies."""
     dtypes = {p.dtype for p in module.parameters() if p.is_floating_point()}
     if len(dtypes) != 1:
         return None
     (expected,) = dtypes
-    mentions_types = any(w in export_error for w in ("dtype", "scalar type", "same type", "Float", "Double"))
     paths = _io.tensor_paths(input_schema)
-    wrong = [(paths[i] if i < len(paths) else f"input {i}", t.dtype) for i, t in enumerate(tensors)
-             if t.dtype != expected and (t.is_floating_point() or mentions_types)]
-    if not wrong:
+    differing = [(paths[i] if i < len(paths) else f"input {i}", t.dtype) for i, t in enumerate(tensors)
+                 if t.dtype != expected]
+    if not differing:
         return None
-    listed = ", ".join(f"{path} is {str(dtype).replace('torch.', '')}" for path, dtype in wrong)
-    name = type(module).__name__
+    eager_error = _eager_error(module, tensors, input_schema)
+    if eager_error is None:
+        return None
+    # Integer inputs are often indices; name them only when no floating input is to blame.
+    blamed = [d for d in differing if d[1].is_floating_point] or differing
+    listed = ", ".join(f"{path} is {str(dtype).replace('torch.', '')}" for path, dtype in blamed)
     return InputDtypeError(
-        f"onnxtrain: {name} expects {str(expected).replace('torch.', '')} inputs (the dtype of its parameters), but "
-        f"{listed}. Convert the input (for example x.to({expected})) or the module (module.to(dtype)); the export "
-        f"failed with: {export_error}")
+        f"onnxtrain: {type(module).__name__} expects {str(expected).replace('torch.', '')} inputs (the dtype of its "
+        f"parameters), but {listed}. Convert the input (for example x.to({expected})) or the module "
+        f"(module.to(dtype)). Eager PyTorch fails on this call too: {eager_error}")
+
+
+def _eager_error(module, tensors, input_schema):
+    """What eager PyTorch raises on the call, or None; the module's buffers and the RNG are left as
+    they were."""
+    args, kwargs = _io.unflatten_inputs(input_schema, [t.detach() for t in tensors])
+    try:
+        with _preserved_state(module), torch.no_grad():
+            module(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - any failure of the user's own call
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 class BufferUpdates:

@@ -103,6 +103,28 @@ def test_a_keyword_input_of_the_wrong_dtype_is_named_by_its_keyword():
         onnxtrain.ORTModule(Scaled())(torch.ones(2, 4), scale=torch.ones(2, 4, dtype=torch.float64))
 
 
+def test_an_integer_input_that_eager_accepts_is_not_blamed_for_an_export_failure(monkeypatch):
+    # An index input differs from the parameters' dtype by design; the export fails for another
+    # reason (an op torch 1.13 cannot export), and the fallback policy applies as before.
+    monkeypatch.setenv("ONNXTRAIN_FALLBACK", "1")
+
+    class Spectral(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+
+        def forward(self, idx):
+            return torch.fft.fft(self.emb(idx)).real
+
+    module = Spectral()
+    model = onnxtrain.ORTModule(module)
+    idx = torch.tensor([[1, 2, 3]])
+    with pytest.warns(RuntimeWarning, match="falling back to PyTorch"):
+        out = model(idx)
+    assert "fft" in model.fallback_reason
+    torch.testing.assert_close(out, module(idx), rtol=0, atol=0)
+
+
 # ---- the export cache ----
 
 def model_and_input():

@@ -93,6 +93,21 @@ def test_unmodified_inputs_still_train():
 
 # ---- torch.max / torch.min along a dim send the gradient to the returned index ----
 
+def exact_gradient_routing(module, x, differentiated=lambda out: out):
+    """Runs `module` on x in the engine and in eager, backpropagates the same distinct upstream
+    gradient through both, and asserts that x's gradients are identical: ties must route where
+    eager routes them. Returns (ours, eager) outputs."""
+    ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out = onnxtrain.ORTModule(module)(ours)
+    expected = module(ref)
+    assert_engine_ran(differentiated(out))
+    grad = torch.arange(1.0, differentiated(expected).numel() + 1).reshape(differentiated(expected).shape)
+    differentiated(out).backward(grad)
+    differentiated(expected).backward(grad)
+    assert torch.equal(ours.grad, ref.grad), f"{ours.grad} vs eager {ref.grad}"
+    return out, expected
+
+
 class Extremum(nn.Module):
     def __init__(self, fn, dim, keepdim=False):
         super().__init__()
@@ -107,15 +122,9 @@ class Extremum(nn.Module):
 @pytest.mark.parametrize("dim,keepdim", [(0, False), (1, True), (-1, False)])
 def test_max_and_min_along_a_dim_with_ties_match_eager(fn, dim, keepdim):
     x = torch.tensor([[0.5, 1.0, 1.0], [0.5, 2.0, -1.0], [0.5, 2.0, -1.0]])
-    ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
-    values, indices = onnxtrain.ORTModule(Extremum(fn, dim, keepdim))(ours)
-    ref_values, ref_indices = Extremum(fn, dim, keepdim)(ref)
-    assert_engine_ran(values)
+    (values, indices), (ref_values, ref_indices) = exact_gradient_routing(Extremum(fn, dim, keepdim), x,
+                                                                          lambda out: out[0])
     assert torch.equal(indices, ref_indices)
-    grad = torch.arange(1.0, ref_values.numel() + 1).reshape(ref_values.shape)
-    values.backward(grad)
-    ref_values.backward(grad)
-    assert torch.equal(ours.grad, ref.grad), f"{ours.grad} vs eager {ref.grad}"
 
 
 def test_amax_keeps_splitting_ties_evenly():
@@ -293,15 +302,8 @@ class Pool(nn.Module):
 def test_max_pooling_ties_route_the_gradient_like_eager(name, fn):
     # Values from {-1, 0, 1, 2}: most windows hold ties, positive, zero and negative.
     x = torch.randint(-1, 3, (2, 3, 9, 14), generator=torch.Generator().manual_seed(3)).float()
-    ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
-    out = onnxtrain.ORTModule(Pool(fn))(ours)
-    expected = Pool(fn)(ref)
-    assert_engine_ran(out)
+    out, expected = exact_gradient_routing(Pool(fn), x)
     assert torch.equal(out, expected)
-    grad = torch.arange(1.0, expected.numel() + 1).reshape(expected.shape)
-    out.backward(grad)
-    expected.backward(grad)
-    assert torch.equal(ours.grad, ref.grad), f"{name}: gradient routed differently from eager"
 
 
 # ---- an output may outlive the engine's graphs ----

@@ -336,8 +336,8 @@ class EinsumGradKernel final : public Kernel {
 void einsum_gradient(GradBuilder& g) {
   const EinsumEquation eq = parse_einsum_equation(g.node().attr_string("equation", ""));
   const int n = g.num_inputs();
-  OT_CHECK(static_cast<int>(eq.terms.size()) == n, g.node().describe(), ": equation '",
-           g.node().attr_string("equation", ""), "' has ", eq.terms.size(), " operand terms for ", n, " inputs");
+  OT_CHECK(static_cast<int>(eq.terms.size()) == n, "equation '", g.node().attr_string("equation", ""), "' has ",
+           eq.terms.size(), " operand terms for ", n, " inputs");
   for (int i = 0; i < n; ++i) {
     if (!g.needs_input_grad(i)) continue;
     std::string equation = eq.output;

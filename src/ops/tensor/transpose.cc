@@ -168,11 +168,7 @@ void transpose_gradient(GradBuilder& g) {
     g.set_input_grad(0, g.op("Transpose", {g.output_grad(0)}));
     return;
   }
-  try {
-    check_permutation(perm);
-  } catch (const Error& e) {
-    OT_THROW(g.node().describe(), ": ", e.what());
-  }
+  check_permutation(perm);  // the builder names the node
   std::vector<int64_t> inverse(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
   g.set_input_grad(0, g.op("Transpose", {g.output_grad(0)}, {{"perm", Attribute::of_ints(inverse)}}));
