@@ -51,6 +51,23 @@ class LanguageModelHead(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+class LstmLanguageModel(nn.Module):
+    """Next-token model: embedding, a 2-layer LSTM, a projection to the vocabulary. Dropout sits
+    outside the LSTM (torch cannot export an LSTM's inter-layer dropout in training mode)."""
+
+    def __init__(self, dropout, vocab=2048, d=512, hidden=512, layers=2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.drop = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(d, hidden, num_layers=layers, batch_first=True)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens, targets):
+        h, _ = self.lstm(self.drop(self.embed(tokens)))
+        logits = self.out(self.drop(h))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
 def _classifier_batch(x_shape, classes):
     def make(gen):
         return torch.randn(*x_shape, generator=gen), torch.randint(0, classes, (x_shape[0],), generator=gen)
@@ -108,6 +125,11 @@ ZOO = {
         build=lambda dropout: LanguageModelHead(),
         batch_fn=lambda gen: (torch.randint(0, 4096, (32, 64), generator=gen),
                               torch.randint(0, 4096, (32, 64), generator=gen))),
+    "lstm_lm": dict(steps=10, warmup=3,
+        title="LSTM LM: Embedding(2048,512)+2-layer LSTM h512+Linear, seq 64", batch=32,
+        build=lambda dropout: LstmLanguageModel(dropout),
+        batch_fn=lambda gen: (torch.randint(0, 2048, (32, 64), generator=gen),
+                              torch.randint(0, 2048, (32, 64), generator=gen))),
     "resnet18": dict(steps=10, warmup=3, title="torchvision resnet18, 3x112x112",
                      **_torchvision(lambda tv, c: tv.models.resnet18(num_classes=c), (8, 3, 112, 112))),
     "mobilenet_v3_small": dict(steps=15, warmup=3, title="torchvision mobilenet_v3_small, 3x112x112",

@@ -1,0 +1,294 @@
+#pragma once
+// Shared parts of the recurrent ops (ONNX LSTM, GRU and RNN, opset 7-14 forms) and their
+// backward ops: attribute parsing, input validation, the two layouts, sequence lengths, the
+// gate activations and the scratch carving.
+//
+// Conventions of every kernel in this family:
+// - Rows of X, of the per-row gate matrices and of the stacked previous states are indexed by
+//   Dims::x_row(t, b), i.e. in X's own memory order, so that layout=1 needs no transposes: one
+//   big GEMM over all rows handles either layout.
+// - A batch entry b of length L is processed at steps s = 0..L-1; its time index is s
+//   (forward) or L-1-s (reverse: each sequence is reversed within its own length). Steps past
+//   L leave its state untouched, so Y_h/Y_c are the state after its last valid step, and Y is
+//   zero at t >= L.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/kernel.h"
+#include "ops/math/fast_math.h"
+#include "runtime/blas.h"
+#include "runtime/thread_pool.h"
+
+namespace onnxtrain::rnn {
+
+enum class Activation { Sigmoid, Tanh, Relu };
+
+// Input positions shared by the forward ops and their Grad ops.
+enum Input { kX = 0, kW = 1, kR = 2, kB = 3, kSequenceLens = 4, kInitialH = 5, kInitialC = 6, kP = 7 };
+
+struct Spec {
+  std::string node;  // "LSTM node 'x'", for messages
+  int gates = 1;      // 4 (LSTM), 3 (GRU), 1 (RNN)
+  int64_t hidden_size = 0;  // 0: not given, taken from R
+  int num_directions = 1;
+  bool reverse = false;  // direction="reverse"
+  int layout = 0;
+  bool has_clip = false;
+  float clip = 0;
+  int acts_per_direction = 1;
+  std::vector<Activation> activations;  // acts_per_direction per direction
+  bool linear_before_reset = false;     // GRU
+
+  bool is_reverse(int d) const { return reverse || d == 1; }
+  Activation act(int d, int k) const { return activations[static_cast<size_t>(d * acts_per_direction + k)]; }
+};
+
+// Parses and checks the attributes; `defaults` are the activations of one direction.
+Spec parse_spec(const Node& node, int gates, const std::vector<Activation>& defaults);
+
+struct Dims {
+  int64_t T = 0, B = 0, I = 0, H = 0;
+  int D = 1;
+  int layout = 0;
+
+  int64_t x_row(int64_t t, int64_t b) const { return layout == 0 ? t * B + b : b * T + t; }
+  int64_t y_offset(int64_t t, int d, int64_t b) const {
+    return (layout == 0 ? (t * D + d) * B + b : (b * T + t) * D + d) * H;
+  }
+  int64_t state_offset(int d, int64_t b) const { return (layout == 0 ? d * B + b : b * D + d) * H; }
+  int64_t rows() const { return T * B; }
+  TensorShape y_shape() const { return layout == 0 ? TensorShape{T, D, B, H} : TensorShape{B, T, D, H}; }
+  TensorShape state_shape() const { return layout == 0 ? TensorShape{D, B, H} : TensorShape{B, D, H}; }
+};
+
+// Validates X, W, R, B, sequence_lens, initial_h and (LSTM) initial_c and P against each other
+// and the attributes; returns the sizes.
+Dims check_inputs(const KernelContext& ctx, const Spec& spec, bool lstm);
+
+// Per batch entry, in [0, T]; T for every entry without the input.
+std::vector<int64_t> sequence_lengths(const KernelContext& ctx, const Spec& spec, const Dims& dims);
+
+inline int64_t time_at(bool reverse, int64_t step, int64_t length) { return reverse ? length - 1 - step : step; }
+
+// Refuses element types other than float32 and float64, naming the node.
+template <typename F>
+void dispatch(DType dtype, const Spec& spec, F&& f) {
+  if (dtype == DType::Float32) return f(float{});
+  if (dtype == DType::Float64) return f(double{});
+  throw UnsupportedError(str_cat(spec.node, ": element type ", dtype_name(dtype), " is not supported (float32 or float64)"));
+}
+
+// x[i] = act(x[i]) in place.
+template <typename T>
+void activate(Activation a, T* x, int64_t n);
+template <>
+void activate<float>(Activation a, float* x, int64_t n);  // the vectorized forms of fast_math.h
+template <>
+void activate<double>(Activation a, double* x, int64_t n);
+
+// The activation's derivative written in terms of its output y.
+template <typename T>
+inline T slope(Activation a, T y) {
+  switch (a) {
+    case Activation::Sigmoid: return y * (T(1) - y);
+    case Activation::Tanh: return T(1) - y * y;
+    case Activation::Relu: return y > T(0) ? T(1) : T(0);
+  }
+  return T(0);
+}
+
+// out[i] = slope(a, y[i]), with the switch outside the loop so that the loop vectorizes.
+template <typename T>
+inline void slopes(Activation a, const T* y, T* out, int64_t n) {
+  switch (a) {
+    case Activation::Sigmoid:
+      for (int64_t i = 0; i < n; ++i) out[i] = y[i] * (T(1) - y[i]);
+      return;
+    case Activation::Tanh:
+      for (int64_t i = 0; i < n; ++i) out[i] = T(1) - y[i] * y[i];
+      return;
+    case Activation::Relu:
+      for (int64_t i = 0; i < n; ++i) out[i] = y[i] > T(0) ? T(1) : T(0);
+      return;
+  }
+}
+
+// Clamps x to [-clip, clip]; mask[i] = 1 where the clamp was active (the gradient stops there).
+template <typename T>
+inline void clip_span(T* x, int64_t n, float clip, uint8_t* mask) {
+  const T c = static_cast<T>(clip);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool out = x[i] > c || x[i] < -c;
+    if (mask) mask[i] = out;
+    x[i] = x[i] > c ? c : (x[i] < -c ? -c : x[i]);
+  }
+}
+
+// Zeros gradient entries whose pre-activation was clipped.
+template <typename T>
+inline void apply_clip_mask(T* g, const uint8_t* mask, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = mask[i] ? T(0) : g[i];
+}
+
+// Two-pass scratch carving: a counting pass (base null) sizes the buffers, then one
+// ctx.scratch call (a kernel gets one planned scratch region) backs them all.
+class Carver {
+ public:
+  explicit Carver(void* base = nullptr) : base_(static_cast<uint8_t*>(base)) {}
+  template <typename T>
+  T* take(int64_t count) {
+    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += (static_cast<size_t>(std::max<int64_t>(count, 0)) * sizeof(T) + 63) / 64 * 64;
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  uint8_t* base_;
+  size_t used_ = 0;
+};
+
+// Runs `carve(Carver&)` twice: to size, then to hand out memory from ctx.scratch.
+template <typename F>
+void carve_scratch(KernelContext& ctx, F&& carve) {
+  Carver sizing;
+  carve(sizing);
+  Carver real(ctx.scratch(std::max<size_t>(sizing.used(), 64)));
+  carve(real);
+}
+
+// Grain for splitting batch rows across threads: enough elementwise work to pay for a chunk.
+inline int64_t row_grain(int64_t row_elements) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(row_elements, 1)); }
+
+// C[m x n] (+)= op(A) op(B) on the engine's pool.
+template <typename T>
+inline void matmul(ThreadPool& pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                   const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  gemm<T>(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc, pool);
+}
+
+// out[j] += sum over rows of g[row * ld + j], rows 0..rows-1, n columns.
+template <typename T>
+void column_sums(const T* g, int64_t rows, int64_t n, int64_t ld, T* out);
+
+// Stacks, per row x_row(t, b), the state each valid step of direction d started from: the
+// initial state (or zeros) at the first step, else Y at the previous step in processing order.
+// Rows past an entry's length are zero.
+template <typename T>
+void previous_states(const Dims& dims, const std::vector<int64_t>& lens, int d, bool reverse, const T* y,
+                     const T* initial, T* out);
+
+// The tensors of one call, as typed pointers (null for absent optional inputs).
+template <typename T>
+struct Args {
+  const Spec* spec = nullptr;
+  Dims dims;
+  std::vector<int64_t> lens;
+  const T *x = nullptr, *w = nullptr, *r = nullptr, *b = nullptr, *h0 = nullptr, *c0 = nullptr, *p = nullptr;
+  int64_t max_len() const { return lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end()); }
+};
+
+template <typename T>
+Args<T> make_args(const KernelContext& ctx, const Spec& spec, bool lstm) {
+  Args<T> a;
+  a.spec = &spec;
+  a.dims = check_inputs(ctx, spec, lstm);
+  a.lens = sequence_lengths(ctx, spec, a.dims);
+  auto ptr = [&](int i) { return i < ctx.num_inputs() && ctx.has_input(i) ? ctx.input(i).template data<T>() : nullptr; };
+  a.x = ptr(kX), a.w = ptr(kW), a.r = ptr(kR), a.b = ptr(kB), a.h0 = ptr(kInitialH);
+  if (lstm) a.c0 = ptr(kInitialC), a.p = ptr(kP);
+  return a;
+}
+
+// An optional input of a Grad op (Y or an output gradient), checked against its expected shape.
+template <typename T>
+const T* optional_input(const KernelContext& ctx, const Spec& spec, int i, const TensorShape& shape, const char* name) {
+  if (i >= ctx.num_inputs() || !ctx.has_input(i)) return nullptr;
+  const Tensor& t = ctx.input(i);
+  const DType dt = ctx.input(kX).dtype();
+  OT_CHECK(t.dtype() == dt && t.shape() == shape, spec.node, " gradient: ", name, " must be ", dtype_name(dt),
+           shape.str(), ", got ", t.str());
+  return t.template data<T>();
+}
+
+// Output i when the graph uses it, else null.
+template <typename T>
+T* needed_output(KernelContext& ctx, int i, const TensorShape& shape) {
+  if (i >= ctx.num_outputs() || !ctx.output_needed(i)) return nullptr;
+  return ctx.allocate_output(i, ctx.input(kX).dtype(), shape).template data<T>();
+}
+
+// state[b] = initial[d, b] (or zeros), for every batch row.
+template <typename T>
+void load_states(const Dims& dims, int d, const T* initial, T* state) {
+  for (int64_t b = 0; b < dims.B; ++b) {
+    T* dst = state + b * dims.H;
+    if (initial) std::copy_n(initial + dims.state_offset(d, b), dims.H, dst);
+    else std::fill_n(dst, dims.H, T(0));
+  }
+}
+
+// out[d, b] = state[b] (out may be null).
+template <typename T>
+void store_states(const Dims& dims, int d, const T* state, T* out) {
+  if (!out) return;
+  for (int64_t b = 0; b < dims.B; ++b) std::copy_n(state + b * dims.H, dims.H, out + dims.state_offset(d, b));
+}
+
+// Y = 0 at t >= length, per batch row.
+template <typename T>
+void zero_padding(const Dims& dims, const std::vector<int64_t>& lens, int d, T* y) {
+  if (!y) return;
+  for (int64_t b = 0; b < dims.B; ++b)
+    for (int64_t t = lens[static_cast<size_t>(b)]; t < dims.T; ++t) std::fill_n(y + dims.y_offset(t, d, b), dims.H, T(0));
+}
+
+// The gradient buffers' rows past each entry's length are zero (the big GEMMs read all rows).
+template <typename T>
+void zero_padded_rows(const Dims& dims, const std::vector<int64_t>& lens, int64_t width, T* m) {
+  for (int64_t b = 0; b < dims.B; ++b)
+    for (int64_t t = lens[static_cast<size_t>(b)]; t < dims.T; ++t) std::fill_n(m + dims.x_row(t, b) * width, width, T(0));
+}
+
+// x W^T (+ bias[G]) for every row, into out [rows, G]; W is [G, I].
+template <typename T>
+void project_inputs(ThreadPool& pool, const Dims& D, const T* x, const T* w, int64_t G, const T* bias, T* out) {
+  matmul<T>(pool, false, true, D.rows(), G, D.I, x, D.I, w, D.I, T(0), out, G);
+  if (!bias) return;
+  pool.parallel_for(D.rows(), row_grain(G), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t j = 0; j < G; ++j) out[r * G + j] += bias[j];
+  });
+}
+
+// The Grad ops' outputs beyond the gradients of the forward inputs are named by the input they
+// differentiate; this maps a forward input to the Grad op's output position (-1: none).
+inline int grad_output_of_input(int input) {
+  switch (input) {
+    case kX: return 0;
+    case kW: return 1;
+    case kR: return 2;
+    case kB: return 3;
+    case kInitialH: return 4;
+    case kInitialC: return 5;
+    case kP: return 6;
+    default: return -1;
+  }
+}
+
+}  // namespace onnxtrain::rnn
+
+namespace onnxtrain {
+class GradBuilder;
+namespace rnn {
+// The gradient rule of all three ops: one <op>Grad node taking the forward inputs (num_inputs of
+// them, absent ones empty), Y (when the forward produced it; else the Grad op reruns the
+// forward) and the gradients of the outputs (absent ones empty: zeros).
+void emit_rnn_gradient(GradBuilder& g, const std::string& grad_op, int num_forward_inputs, int num_outputs);
+}  // namespace rnn
+}  // namespace onnxtrain
