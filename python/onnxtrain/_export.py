@@ -10,7 +10,8 @@ import torch
 from . import _io, _symbolics
 
 OPSET = 17
-_RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli"}
+_RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
+               "Multinomial"}
 
 
 class ExportError(RuntimeError):
@@ -279,15 +280,17 @@ def _export_once(module, tensors, input_schema, training):
     from . import _rewrite
 
     flat = _FlatModule(module, input_schema)
-    # torch.onnx.export restores the wrapper's mode afterwards, and with it the module's.
-    flat.train(module.training)
+    # Only the wrapper's own flag: train() would also set every submodule's, and a submodule the
+    # user put in eval mode (a frozen BatchNorm) must be traced as eager runs it.
+    flat.training = module.training
     input_names = [f"input_{i}" for i in range(len(tensors))]
     dynamic_axes = {name: {d: f"{name}_dim{d}" for d in range(t.dim())} for name, t in zip(input_names, tensors)}
     buffer = io.BytesIO()
-    # Eval graphs are exported with PRESERVE (the module is in eval mode): EVAL would also run
-    # torch's eval peephole, which folds BatchNorm into Conv as new weights that are not the
-    # module's parameters, so they could neither be fed nor follow the optimizer.
-    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.PRESERVE
+    # PRESERVE in both modes: each submodule is traced in its own mode, as eager runs it (TRAINING
+    # would put them all in training mode), and EVAL would also run torch's eval peephole, which
+    # folds BatchNorm into Conv as new weights that are not the module's parameters, so they could
+    # neither be fed nor follow the optimizer. The root's mode (`training`) keys the export.
+    mode = torch.onnx.TrainingMode.PRESERVE
     error = None
     applied = []
     with _preserved_state(module), _traced_as_in_training(module), _symbolics.registered(OPSET), \

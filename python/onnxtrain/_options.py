@@ -18,6 +18,9 @@ class DebugOptions:
 
     save_onnx writes the exported, training, forward and backward graphs as
     ``<save_path>/<onnx_prefix>_<mode>_<graph>.onnx`` when a graph is built.
+
+    Every field is checked when it is set: a wrong type raises TypeError, a wrong value
+    (a save_path that is not an existing directory, a negative size) ValueError, naming the field.
     """
 
     log_level: LogLevel = LogLevel.WARNING
@@ -39,16 +42,92 @@ class DebugOptions:
     # of Python numbers that the trace turned into constants); the least recently used goes first.
     max_cached_graphs: int = 16
 
+    def __setattr__(self, name, value):
+        check = _FIELD_CHECKS.get(name)
+        super().__setattr__(name, value if check is None else check(name, value))
+
     def __post_init__(self):
-        self.log_level = LogLevel(self.log_level)
-        for name in ("plan_cache_mb", "buffer_cache_mb"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise ValueError(f"DebugOptions({name}=...) takes a number of MiB >= 0, got {value!r}")
-        if not isinstance(self.max_cached_graphs, int) or self.max_cached_graphs < 1:
-            raise ValueError(f"DebugOptions(max_cached_graphs=...) takes an int >= 1, got {self.max_cached_graphs!r}")
-        if self.save_onnx and not self.onnx_prefix:
-            raise ValueError("DebugOptions(save_onnx=True) needs an onnx_prefix to name the files")
+        if self.save_onnx:
+            if not self.onnx_prefix:
+                raise ValueError("DebugOptions(save_onnx=True) needs an onnx_prefix to name the files")
+            directory = self.save_path or os.getcwd()
+            if not os.access(directory, os.W_OK):
+                raise ValueError(f"DebugOptions(save_onnx=True) writes to save_path, but the directory {directory!r} "
+                                 "is not writable")
+
+
+def _describe(value):
+    return f"{type(value).__name__} {value!r}"
+
+
+def _bool(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"DebugOptions({name}=...) takes True or False, got {_describe(value)}")
+    return value
+
+
+def _log_level(name, value):
+    if not isinstance(value, LogLevel):
+        raise TypeError(f"DebugOptions({name}=...) takes a LogLevel (for example LogLevel.INFO), got "
+                        f"{_describe(value)}")
+    return value
+
+
+def _prefix(name, value):
+    if not isinstance(value, str):
+        raise TypeError(f"DebugOptions({name}=...) takes a str, got {_describe(value)}")
+    if os.sep in value or (os.altsep and os.altsep in value):
+        raise ValueError(f"DebugOptions({name}=...) names the files, so it cannot hold a path separator "
+                         f"(got {value!r}); put the directory in save_path")
+    return value
+
+
+def _path(name, value):
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"DebugOptions({name}=...) takes a path (a str or os.PathLike), got {_describe(value)}")
+    return os.fspath(value)
+
+
+def _directory(name, value):
+    value = _path(name, value)
+    if value and not os.path.isdir(value):
+        raise ValueError(f"DebugOptions({name}=...) takes an existing directory, got {value!r}")
+    return value
+
+
+def _file(name, value):
+    value = _path(name, value)
+    if value and (os.path.isdir(value) or not os.path.isdir(os.path.dirname(os.path.abspath(value)))):
+        raise ValueError(f"DebugOptions({name}=...) takes the path of a file in an existing directory, got {value!r}")
+    return value
+
+
+def _count(minimum, optional):
+    def check(name, value):
+        if value is None and optional:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"DebugOptions({name}=...) takes an int{' or None' if optional else ''}, got "
+                            f"{_describe(value)}")
+        if value < minimum:
+            raise ValueError(f"DebugOptions({name}=...) takes an int >= {minimum}, got {value}")
+        return value
+
+    return check
+
+
+_FIELD_CHECKS = {
+    "log_level": _log_level,
+    "save_onnx": _bool,
+    "onnx_prefix": _prefix,
+    "save_path": _directory,
+    "check_finite": _bool,
+    "profile_path": _file,
+    "optimization_level": _count(0, optional=True),
+    "plan_cache_mb": _count(0, optional=True),
+    "buffer_cache_mb": _count(0, optional=True),
+    "max_cached_graphs": _count(1, optional=False),
+}
 
 
 def fallback_enabled() -> bool:

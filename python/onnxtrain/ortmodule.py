@@ -1,5 +1,7 @@
 """ORTModule: wrap a torch.nn.Module so that its forward and backward run in onnxtrain."""
 import collections
+import functools
+import inspect
 import logging
 import time
 import types
@@ -12,11 +14,20 @@ from ._autograd import ORTModuleFunction
 from ._engine import Graphs
 from ._export import TRACE_BATCH, ExportError, diagnose_input_dtypes, export
 from ._logging import apply_log_level, logger
+from ._module_state import ModuleState
 from ._options import DebugOptions, fallback_enabled
 
 # Failures that the fallback policy covers: the module cannot be exported, or the engine lacks an
 # op. Errors in the user's inputs (shapes, dtypes) always raise.
 _FALLBACK_ERRORS = (ExportError, _io.UnsupportedTypeError, _C.UnsupportedError)
+
+# Attributes that belong to the wrapper itself; every other attribute set on an ORTModule after its
+# construction goes to the wrapped module, as ONNX Runtime's ORTModule does.
+_WRAPPER_ATTRIBUTES = frozenset({
+    "_original_module", "_debug_options", "_graphs", "_fallback_reason", "_scalars_as_tensors", "engine_runs",
+    "forward", "_forward_signature", "_warned_string_inputs", "_pending_load_report"})
+# The prefix the wrapped module's state has inside torch's own recursion (load_state_dict).
+_INNER = "_original_module."
 
 
 class _ParamLookup:
@@ -47,13 +58,20 @@ class ORTModule(torch.nn.Module):
 
     The module is exported to ONNX on the first call, and again only when the input structure
     (containers, keys, None, bools, strings), a tensor's dtype or rank, or the train/eval mode
-    changes. Batch and sequence lengths, and the values of int and float arguments, change freely.
+    changes, or an attribute the trace may have baked in (see _module_state). Batch and sequence
+    lengths, and the values of int and float arguments, change freely.
+
+    It stands in for the module: forward has its signature, state_dict keys and named_parameters
+    are its own (also when nested in another module), and attributes set on the wrapper are set on
+    the module.
     """
 
     def __init__(self, module: torch.nn.Module, debug_options: DebugOptions = None):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ORTModule wraps a torch.nn.Module, got {type(module).__name__}")
+        if debug_options is not None and not isinstance(debug_options, DebugOptions):
+            raise TypeError(f"ORTModule(debug_options=...) takes a DebugOptions, got {type(debug_options).__name__}")
         self._original_module = module
         self._debug_options = debug_options or DebugOptions()
         apply_log_level(self._debug_options.log_level)
@@ -63,15 +81,40 @@ class ORTModule(torch.nn.Module):
             _C.set_buffer_cache_limit(self._debug_options.buffer_cache_mb << 20)
         if self._debug_options.profile_path:
             profiler.start(self._debug_options.profile_path)
+        # In a nested load_state_dict, torch's recursion reports the wrapped module's keys with the
+        # wrapper's prefix: this hook names them as the plain module would (see _load_from_state_dict).
+        self.register_load_state_dict_post_hook(_report_plain_keys)
         self._reset_state()
 
     def _reset_state(self):
-        # (training, input schema, tensor signature) -> (Graphs, _ParamLookup), least recently used
-        # first; bounded by DebugOptions.max_cached_graphs.
+        # (training, input schema, tensor signature) -> (Graphs, _ParamLookup, ModuleState), least
+        # recently used first; bounded by DebugOptions.max_cached_graphs.
         self._graphs = collections.OrderedDict()
         self._fallback_reason = None
         self._scalars_as_tensors = True  # False once an export baked a Python number in
+        self._warned_string_inputs = False
         self.engine_runs = 0  # forward calls the engine served: tests use it to prove no fallback
+        self._install_forward_signature()
+
+    def _install_forward_signature(self):
+        """Gives this instance a forward with the wrapped module's signature and docstring, so that
+        inspect.signature(model.forward) (which Hugging Face's Trainer reads to pick the batch's
+        columns, for one) sees the user's parameters; the call goes to the class's forward."""
+        original = self._original_module.forward
+        try:
+            signature = inspect.signature(original)
+        except (TypeError, ValueError):  # a forward whose signature Python cannot tell
+            self._forward_signature = None
+            return
+        self._forward_signature = signature
+
+        def forward(self, *args, **kwargs):
+            return type(self).forward(self, *args, **kwargs)
+
+        functools.update_wrapper(forward, original, updated=())
+        wrapper = inspect.Parameter("__ortmodule", inspect.Parameter.POSITIONAL_ONLY)
+        forward.__signature__ = signature.replace(parameters=[wrapper, *signature.parameters.values()])
+        object.__setattr__(self, "forward", types.MethodType(forward, self))
 
     @property
     def module(self):
@@ -85,7 +128,7 @@ class ORTModule(torch.nn.Module):
         try:
             graphs, params, tensors = self._graphs_for(args, kwargs)
             feeds = self._feeds(graphs, params, tensors)
-            self.engine_runs += 1
+            self.__dict__["engine_runs"] += 1
             try:
                 outputs = self._run(graphs, feeds)
             except _C.EngineError as e:
@@ -127,9 +170,15 @@ class ORTModule(torch.nn.Module):
         training = self._original_module.training
         key = (training, schema, _io.tensor_signature(tensors))
         entry = None if full_trace else self._graphs.get(key)
+        if entry is not None and not entry[2].unchanged():
+            logger.info("onnxtrain: an attribute or submodule of %s changed since its export; exporting again",
+                        type(self._original_module).__name__)
+            del self._graphs[key]
+            entry = None
         if entry is not None:
             self._graphs.move_to_end(key)
         else:
+            self._check_call(args, kwargs, schema)
             entry = self._build(key, tensors, schema, training, full_trace)
             if entry[0].exported.bakes_scalars and self._scalars_as_tensors:
                 # The trace turned a Python number into a constant: from now on numbers are part of
@@ -139,8 +188,27 @@ class ORTModule(torch.nn.Module):
                 self._scalars_as_tensors = False
                 self._graphs.clear()
                 return self._graphs_for(args, kwargs)
-        graphs, params = entry
+        graphs, params, _ = entry
         return graphs, params, tensors
+
+    def _check_call(self, args, kwargs, schema):
+        """Before an export: a call the forward cannot take raises TypeError, as eager does, rather
+        than failing inside the exporter; and strings, which the export bakes in, are pointed out
+        once."""
+        name = type(self._original_module).__name__
+        if self._forward_signature is not None:
+            try:
+                self._forward_signature.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{name}.forward() {e}") from None
+        if not self._warned_string_inputs:
+            strings = _string_arguments(schema)
+            if strings:
+                self._warned_string_inputs = True
+                warnings.warn(
+                    f"onnxtrain: {name}.forward received a str ({', '.join(strings)}); the export bakes each "
+                    "string into the graph as a constant, so every distinct string value exports the module "
+                    "again. Pass tensors, or few distinct strings.", UserWarning, stacklevel=6)
 
     def _build(self, key, tensors, schema, training, full_trace=False):
         name = type(self._original_module).__name__
@@ -169,7 +237,8 @@ class ORTModule(torch.nn.Module):
                 _cache.store(cache_key, exported)
         graphs = Graphs(exported, name, training, self._debug_options, time.perf_counter() - start)
         params = _ParamLookup(self._original_module, [ref for kind, ref in exported.graph_inputs if kind == "param"])
-        self._graphs[key] = (graphs, params)
+        # Taken after the export: an export in this process runs the forward, which may set attributes.
+        self._graphs[key] = (graphs, params, ModuleState(self._original_module))
         self._graphs.move_to_end(key)
         while len(self._graphs) > self._debug_options.max_cached_graphs:
             self._graphs.popitem(last=False)
@@ -194,12 +263,35 @@ class ORTModule(torch.nn.Module):
         return self._fallback_reason
 
     # ---- the wrapped module's API, without a wrapper prefix ----
+    # Names (state_dict keys, named_parameters, named_modules) are the plain module's, at the top
+    # level and nested inside another module, so that a state_dict moves freely between a model
+    # with ORTModule and one without. The wrapper itself is not among named_modules(), as in ONNX
+    # Runtime; children() still yields the wrapped module, so that torch's own traversals (train,
+    # apply, to) reach it.
 
     def state_dict(self, *args, **kwargs):
+        # Also the call torch's recursion makes when this module is nested (destination, prefix).
         return self._original_module.state_dict(*args, **kwargs)
 
     def load_state_dict(self, state_dict, strict=True):
         return self._original_module.load_state_dict(state_dict, strict)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # Reached only when an enclosing module loads a state_dict (ours hands it straight to the wrapped
+        # module). torch's recursion goes on into self._modules, where the wrapped module's keys are
+        # prefix + "_original_module.": the plain keys are renamed so here, in this module's own copy
+        # of its part of the state_dict, and _report_plain_keys renames what torch reports back. Keys
+        # that already carry the inner prefix (saved by an older onnxtrain) load as they are.
+        inner = prefix + _INNER
+        for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(inner)]:
+            state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
+        self._pending_load_report = (prefix, error_msgs, len(error_msgs))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        return self._original_module.named_modules(memo, prefix, remove_duplicate)
 
     def named_parameters(self, prefix="", recurse=True, **kwargs):
         return self._original_module.named_parameters(prefix=prefix, recurse=recurse, **kwargs)
@@ -223,11 +315,41 @@ class ORTModule(torch.nn.Module):
         self._original_module.register_parameter(name, param)
         self._graphs.clear()
 
+    def add_module(self, name, module):
+        if "_original_module" not in self._modules or name == "_original_module":
+            return super().add_module(name, module)
+        self._original_module.add_module(name, module)
+        self._graphs.clear()
+
+    register_module = add_module
+
     def _apply(self, fn):
         # .to(), .double(), .half(), ...: new dtypes or devices need new graphs.
         result = super()._apply(fn)
         self._graphs.clear()
         return result
+
+    def __setattr__(self, name, value):
+        if name in _WRAPPER_ATTRIBUTES or name in self.__dict__ or "_original_module" not in self.__dict__.get(
+                "_modules", ()):
+            super().__setattr__(name, value)
+            if name == "_original_module" and "_graphs" in self.__dict__:
+                self._reset_state()
+            return
+        setattr(self._original_module, name, value)
+        # The forward may read it: the graphs exported so far may bake in the old value. (Dropping
+        # them is what a generation counter in the cache key would do, without keeping the dead
+        # graphs until the LRU evicts them.)
+        self._graphs.clear()
+
+    def __delattr__(self, name):
+        if name in _WRAPPER_ATTRIBUTES or name in self.__dict__ or name in self._modules:
+            return super().__delattr__(name)
+        delattr(self._original_module, name)
+        self._graphs.clear()
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(dir(self._original_module)))
 
     def __getattr__(self, name):
         try:
@@ -247,10 +369,48 @@ class ORTModule(torch.nn.Module):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for transient in ("_graphs", "_fallback_reason", "_scalars_as_tensors", "engine_runs"):
+        for transient in ("_graphs", "_fallback_reason", "_scalars_as_tensors", "_warned_string_inputs",
+                          "engine_runs", "forward", "_forward_signature", "_pending_load_report"):
             state.pop(transient, None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._reset_state()
+
+
+def _report_plain_keys(module, incompatible_keys):
+    """load_state_dict post-hook of an ORTModule: after an enclosing module's load, names the missing
+    and unexpected keys and the error messages of the wrapped module's part as the plain module's."""
+    pending = module.__dict__.pop("_pending_load_report", None)
+    if pending is None:
+        return
+    prefix, error_msgs, first = pending
+    inner = prefix + _INNER
+
+    def plain(key):
+        return prefix + key[len(inner):] if key.startswith(inner) else key
+
+    incompatible_keys.missing_keys[:] = [plain(k) for k in incompatible_keys.missing_keys]
+    incompatible_keys.unexpected_keys[:] = [plain(k) for k in incompatible_keys.unexpected_keys]
+    error_msgs[first:] = [m.replace(inner, prefix) for m in error_msgs[first:]]
+
+
+def _string_arguments(schema):
+    """The call's arguments that hold a str (anywhere inside them), as the user names them."""
+    arg_nodes, kwarg_nodes = schema
+    return [f"argument {i}" for i, n in enumerate(arg_nodes) if _holds_string(n)] + \
+        [f"keyword argument {k!r}" for k, n in kwarg_nodes if _holds_string(n)]
+
+
+def _holds_string(node):
+    kind = node[0]  # the node kinds of _io's schemas
+    if kind == "C":
+        return issubclass(node[1], str)
+    if kind in ("U", "L"):
+        return any(_holds_string(c) for c in node[1])
+    if kind == "NT":
+        return any(_holds_string(c) for c in node[2])
+    if kind == "D":
+        return any(_holds_string(c) for _, c in node[2])
+    return False
