@@ -8,6 +8,7 @@ size_t dtype_size(DType t) {
     case DType::Float64: case DType::Int64: case DType::UInt64: return 8;
     case DType::Int16: case DType::UInt16: case DType::Float16: case DType::BFloat16: return 2;
     case DType::Int8: case DType::UInt8: case DType::Bool: return 1;
+    case DType::Sequence: case DType::Optional: return 0;  // their tensors hold the bytes
     default: OT_THROW("element type ", dtype_name(t), " has no fixed size");
   }
 }
@@ -29,6 +30,8 @@ const char* dtype_name(DType t) {
     case DType::UInt32: return "uint32";
     case DType::UInt64: return "uint64";
     case DType::BFloat16: return "bfloat16";
+    case DType::Sequence: return "sequence";
+    case DType::Optional: return "optional";
   }
   return "unknown";
 }

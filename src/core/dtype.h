@@ -24,7 +24,12 @@ enum class DType : int32_t {
   UInt32 = 12,
   UInt64 = 13,
   BFloat16 = 16,
+  // onnxtrain's own, beyond ONNX's element types: a value that is a list of tensors (ONNX's
+  // sequence, and optional with zero or one element). See Tensor::list.
+  Sequence = 1000,
+  Optional = 1001,
 };
+inline bool is_list_kind(DType t) { return t == DType::Sequence || t == DType::Optional; }
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);

@@ -82,18 +82,40 @@ Tensor Tensor::view(const TensorShape& shape) const {
   return Tensor(dtype_, shape, data_, holder_);
 }
 
+Tensor Tensor::list(DType kind, std::vector<Tensor> items) {
+  OT_CHECK(is_list_kind(kind), "Tensor::list takes sequence or optional, not ", dtype_name(kind));
+  OT_CHECK(kind != DType::Optional || items.size() <= 1, "an optional value holds at most one element");
+  auto held = std::make_shared<std::vector<Tensor>>(std::move(items));
+  const int64_t n = static_cast<int64_t>(held->size());
+  return Tensor(kind, TensorShape{n}, held.get(), held);
+}
+
+const std::vector<Tensor>& Tensor::items() const {
+  OT_CHECK(is_list(), "expected a sequence or optional value, got the tensor ", str());
+  return *static_cast<const std::vector<Tensor>*>(data_);
+}
+
 Tensor Tensor::clone() const {
+  if (is_list()) {
+    std::vector<Tensor> copies;
+    for (const Tensor& t : items()) copies.push_back(t.clone());
+    return list(dtype_, std::move(copies));
+  }
   Tensor t = empty(dtype_, shape_);
   if (nbytes()) std::memcpy(t.raw_data(), data_, nbytes());
   return t;
 }
 
 void Tensor::copy_from(const Tensor& src) {
+  OT_CHECK(!is_list() && !src.is_list(), "copy_from: ", src.str(), " into ", str(), ": lists are shared, not copied");
   OT_CHECK(src.dtype_ == dtype_ && src.numel() == numel(), "copy_from: ", src.str(), " into ", str());
   if (nbytes() && src.data_ != data_) std::memcpy(data_, src.data_, nbytes());
 }
 
-std::string Tensor::str() const { return std::string(dtype_name(dtype_)) + shape_.str(); }
+std::string Tensor::str() const {
+  if (is_list()) return str_cat(dtype_name(dtype_), "(", shape_[0], " element", shape_[0] == 1 ? "" : "s", ")");
+  return std::string(dtype_name(dtype_)) + shape_.str();
+}
 
 double Tensor::item_as_double(int64_t i) const {
   OT_CHECK(i >= 0 && i < numel(), "element ", i, " out of range for ", str());

@@ -43,6 +43,12 @@ class Tensor {
     return t;
   }
 
+  // A sequence (or optional) value: `items` in order, owned by the returned value. Its shape is
+  // [number of items]; kernels read it through items(), never through data().
+  static Tensor list(DType kind, std::vector<Tensor> items);
+  bool is_list() const { return is_list_kind(dtype_); }
+  const std::vector<Tensor>& items() const;
+
   bool defined() const { return dtype_ != DType::Undefined; }
   DType dtype() const { return dtype_; }
   const TensorShape& shape() const { return shape_; }

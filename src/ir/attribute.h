@@ -12,7 +12,8 @@ namespace onnxtrain {
 class Graph;
 
 struct Attribute {
-  enum class Kind { Float, Int, String, Tensor, Graph, Floats, Ints, Strings };
+  // TypeProto: ONNX's type attributes (Optional's 'type'), kept as the serialized proto in `s`.
+  enum class Kind { Float, Int, String, Tensor, Graph, Floats, Ints, Strings, TypeProto };
   Kind kind = Kind::Int;
   float f = 0;
   int64_t i = 0;

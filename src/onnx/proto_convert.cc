@@ -12,10 +12,19 @@ void copy_field(const Src& field, Dst* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Dst>(field.Get(static_cast<int>(i)));
 }
 
+// Tensors, sequences of tensors, and optionals of either.
+bool holds_tensors(const onnx::TypeProto& t) {
+  if (t.has_tensor_type()) return true;
+  if (t.has_sequence_type()) return t.sequence_type().elem_type().has_tensor_type();
+  if (t.has_optional_type()) return holds_tensors(t.optional_type().elem_type());
+  return false;
+}
+
 void require_tensor_type(const onnx::ValueInfoProto& vi, const char* what) {
-  if (!vi.has_type() || vi.type().has_tensor_type()) return;
+  if (!vi.has_type() || holds_tensors(vi.type())) return;
   throw UnsupportedError(str_cat("graph ", what, " '", vi.name(),
-                                 "' is a sequence, map or optional; onnxtrain handles tensors only"));
+                                 "' is a map, a sparse tensor or a sequence of them; onnxtrain handles tensors, "
+                                 "sequences of tensors and optionals of those"));
 }
 
 }  // namespace
@@ -61,7 +70,9 @@ void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto
 
 ValueInfo value_info_from_proto(const onnx::ValueInfoProto& p) {
   ValueInfo vi;
-  if (!p.type().has_tensor_type()) return vi;  // callers reject non-tensor graph inputs and outputs
+  if (p.type().has_sequence_type()) vi.dtype = DType::Sequence;
+  if (p.type().has_optional_type()) vi.dtype = DType::Optional;
+  if (!p.type().has_tensor_type()) return vi;  // callers reject the types we cannot hold
   const auto& tt = p.type().tensor_type();
   if (tt.elem_type() != 0) {
     // Types we cannot hold (strings) stay undefined here; the op that needs them reports it.
@@ -78,6 +89,13 @@ ValueInfo value_info_from_proto(const onnx::ValueInfoProto& p) {
 
 void value_info_to_proto(const std::string& name, const ValueInfo* vi, onnx::ValueInfoProto* p) {
   p->set_name(name);
+  if (vi && is_list_kind(vi->dtype)) {  // element types are not tracked: declared as unknown
+    onnx::TypeProto* elem = vi->dtype == DType::Sequence
+                                ? p->mutable_type()->mutable_sequence_type()->mutable_elem_type()
+                                : p->mutable_type()->mutable_optional_type()->mutable_elem_type();
+    elem->mutable_tensor_type()->set_elem_type(0);
+    return;
+  }
   auto* tt = p->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(vi ? static_cast<int32_t>(vi->dtype) : 0);
   if (vi && vi->shape) {
@@ -102,6 +120,10 @@ Attribute attribute_from_proto(const onnx::AttributeProto& a) {
     case onnx::AttributeProto::STRINGS:
       out.kind = Attribute::Kind::Strings;
       out.strings.assign(a.strings().begin(), a.strings().end());
+      break;
+    case onnx::AttributeProto::TYPE_PROTO:
+      out.kind = Attribute::Kind::TypeProto;
+      out.s = a.tp().SerializeAsString();
       break;
     case onnx::AttributeProto::GRAPH:
       out.kind = Attribute::Kind::Graph;
@@ -129,6 +151,10 @@ void attribute_to_proto(const std::string& name, const Attribute& a, onnx::Attri
     case Attribute::Kind::Graph:
       p->set_type(onnx::AttributeProto::GRAPH);
       save_graph(*a.g, p->mutable_g());
+      break;
+    case Attribute::Kind::TypeProto:
+      p->set_type(onnx::AttributeProto::TYPE_PROTO);
+      OT_CHECK(p->mutable_tp()->ParseFromString(a.s), "attribute '", name, "' holds no valid TypeProto");
       break;
     case Attribute::Kind::Floats:
       p->set_type(onnx::AttributeProto::FLOATS);

@@ -37,7 +37,8 @@ class NodeByNodeInference {
 
  private:
   void declare(const std::string& name, const ValueInfo* info) {
-    if (name.empty() || !info || info->dtype == DType::Undefined) return;
+    // Sequences and optionals stay undeclared: the ops that read them infer nothing we use.
+    if (name.empty() || !info || info->dtype == DType::Undefined || is_list_kind(info->dtype)) return;
     onnx::ValueInfoProto vi;
     value_info_to_proto(name, info, &vi);
     types_[name] = vi.type();

@@ -38,6 +38,9 @@ class KernelContext {
   Tensor& allocate_output(int i, DType dtype, const TensorShape& shape);
   // Output i shares input j's memory under another shape (Reshape, Identity, ...).
   void alias_input(int out_index, int in_index, const TensorShape& shape);
+  // Output i is `value` itself: for sequence and optional values (Tensor::list), which own their
+  // tensors and take no arena memory.
+  void set_list_output(int i, Tensor value);
   // Temporary memory valid until the kernel returns.
   void* scratch(size_t bytes);
 

@@ -30,6 +30,7 @@ std::string fingerprint(const Node& n) {
       case Attribute::Kind::Floats: for (float f : a.floats) os << f << ','; break;
       case Attribute::Kind::Ints: for (int64_t i : a.ints) os << i << ','; break;
       case Attribute::Kind::Strings: for (const auto& s : a.strings) os << s << '\x1d'; break;
+      case Attribute::Kind::TypeProto: os << a.s; break;
       case Attribute::Kind::Tensor:
         os << static_cast<int>(a.t.dtype()) << a.t.shape().str();
         os.write(static_cast<const char*>(a.t.raw_data()), static_cast<std::streamsize>(a.t.nbytes()));

@@ -18,6 +18,9 @@ bool eliminate_common_subexpressions(Graph& graph);
 // (Shape of a static value; Gather and Slice of a Shape along static dims).
 bool fold_constants(Graph& graph);
 
+// if_inlining.cc: an If whose condition is constant becomes the nodes of the branch it takes.
+bool inline_constant_ifs(Graph& graph);
+
 // transpose_folding.cc: MatMul, FusedMatMul and Gemm read a transposed operand through their
 // transpose flags instead of a Transpose node, when the Transpose swaps the last two axes.
 bool fold_transposes_into_matmul(Graph& graph);

@@ -22,6 +22,7 @@ void optimize_before_autodiff(Graph& graph, int level) {
   // Folding exposes duplicates and dead nodes, and merging duplicates can expose more folding.
   for (int round = 0; round < 4; ++round) {
     bool changed = fold_constants(graph);
+    changed = inline_constant_ifs(graph) || changed;
     changed = eliminate_common_subexpressions(graph) || changed;
     changed = fold_transposes_into_matmul(graph) || changed;
     changed = eliminate_dead_nodes(graph) || changed;

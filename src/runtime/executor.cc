@@ -4,6 +4,7 @@
 
 #include "core/buffer_cache.h"
 #include "core/logging.h"
+#include "runtime/half_compute.h"
 #include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
 
@@ -63,8 +64,18 @@ Tensor& KernelContext::allocate_output(int i, DType dtype, const TensorShape& sh
   return slot;
 }
 
+void KernelContext::set_list_output(int i, Tensor value) {
+  OT_CHECK(i >= 0 && i < num_outputs(), "kernel wrote output ", i, " of ", num_outputs());
+  OT_CHECK(value.is_list(), node_.node->describe(), ": output ", i, " must be a sequence or optional, got ", value.str());
+  state_.values[static_cast<size_t>(node_.outputs[static_cast<size_t>(i)])] = std::move(value);
+}
+
 void KernelContext::alias_input(int out_index, int in_index, const TensorShape& shape) {
   const Tensor& src = input(in_index);
+  if (src.is_list()) {  // Identity of a sequence: the list is immutable, so share it
+    set_list_output(out_index, src);
+    return;
+  }
   const int id = node_.outputs[static_cast<size_t>(out_index)];
   if (state_.program.placement(id) == Placement::Standalone) {
     // Handed to the caller: it must own its memory, not borrow an arena's or an input's.
@@ -158,7 +169,8 @@ void execute(RunState& state, size_t begin, size_t end, const char* phase) {
     std::string shapes = profiling ? input_shapes(state, cn) : std::string();
     const int64_t start = profiling ? Profiler::now_us() : 0;
     try {
-      cn.kernel->compute(ctx);
+      if (cn.widen_16bit_floats) compute_with_16bit_floats_widened(state, cn, ctx);
+      else cn.kernel->compute(ctx);
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(str_cat(cn.node->describe(), " (opset ", cn.opset, "): ", e.what()));
     } catch (const std::exception& e) {

@@ -6,6 +6,7 @@
 
 #include "core/logging.h"
 #include "onnx/model_io.h"
+#include "ops/control/subgraph.h"
 #include "session/training_session.h"
 
 namespace onnxtrain::fuzzing {
@@ -14,6 +15,7 @@ namespace {
 // Inputs stay small whatever the model declares: symbolic or huge dims become small ones.
 constexpr int64_t kMaxDim = 6, kMaxElements = 4096, kMaxNodes = 400;
 constexpr size_t kMaxTensorBytes = size_t(256) << 20;
+constexpr int64_t kMaxLoopIterations = 1000;  // a fuzzed trip count must not stall the fuzzer
 
 TensorShape input_shape(const ValueInfo* vi) {
   TensorShape shape;
@@ -64,6 +66,7 @@ std::vector<Tensor> random_feeds(const Graph& g, uint64_t seed) {
 std::string exercise_model(const std::string& bytes) {
   set_log_level(LogLevel::Error);
   set_tensor_byte_limit(kMaxTensorBytes);
+  set_loop_iteration_limit(kMaxLoopIterations);
   Graph g;
   try {
     g = load_model(bytes);
