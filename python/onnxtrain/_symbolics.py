@@ -3,7 +3,8 @@ onnxtrain exports:
 
 - mse_loss and l1_loss have no symbolic at all;
 - cross_entropy with label_smoothing is refused, so it becomes onnxtrain's own
-  SoftmaxCrossEntropyLoss, which takes a label_smoothing attribute;
+  SoftmaxCrossEntropyLoss, which takes a label_smoothing attribute; an ignore_index known only at
+  run time (a traced tensor size) is masked with graph ops, since ONNX takes it as an attribute;
 - binary_cross_entropy_with_logits exports as log(sigmoid(x)), which overflows for large
   logits, so it becomes the stable form max(x, 0) - x*y + log(1 + exp(-|x|));
 - adaptive_avg_pool needs a static input size, and every dim is dynamic here, so it becomes
@@ -17,13 +18,17 @@ onnxtrain exports:
   call; it becomes onnxtrain's Gelu, whose gradient reads only its input;
 - x.bernoulli_(p) (torchvision's stochastic depth) reaches torch's bernoulli symbolic with p in
   the generator's place and is refused; it becomes ONNX Bernoulli of p filled to x's shape
-  (torch.bernoulli(probs) becomes Bernoulli(probs)), drawn by the engine from the run's seed.
+  (torch.bernoulli(probs) becomes Bernoulli(probs)), drawn by the engine from the run's seed;
+- max_unpool1d/2d/3d have no symbolic: ONNX MaxUnpool's indices address the whole tensor where
+  torch's address one image plane, so they become a ScatterElements along the flattened planes.
 """
 import contextlib
 
 import torch
 from torch.onnx import symbolic_helper as sh
 from torch.onnx import symbolic_opset9 as opset9
+
+from . import _symbolics_int_random
 
 DOMAIN = "ai.onnxtrain"
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
@@ -51,11 +56,42 @@ def _cross_entropy(g, input, target, weight, reduction, ignore_index, label_smoo
     smoothing = sh._maybe_get_const(label_smoothing, "f")
     mode = _REDUCTIONS[sh._maybe_get_const(reduction, "i")]
     ignore = sh._maybe_get_const(ignore_index, "i")
+    if sh._is_value(ignore):
+        return _cross_entropy_ignoring_at_run_time(g, input, target, weight, mode, ignore, smoothing)
     inputs = [input, target] if sh._is_none(weight) else [input, target, weight]
+    return _softmax_cross_entropy(g, inputs, mode, smoothing, ignore_index_i=ignore)
+
+
+def _softmax_cross_entropy(g, inputs, mode, smoothing, **ignore_index):
     if not smoothing:
-        return g.op("SoftmaxCrossEntropyLoss", *inputs, reduction_s=mode, ignore_index_i=ignore)
-    return g.op(f"{DOMAIN}::SoftmaxCrossEntropyLoss", *inputs, reduction_s=mode, ignore_index_i=ignore,
-                label_smoothing_f=smoothing)
+        return g.op("SoftmaxCrossEntropyLoss", *inputs, reduction_s=mode, **ignore_index)
+    return g.op(f"{DOMAIN}::SoftmaxCrossEntropyLoss", *inputs, reduction_s=mode, label_smoothing_f=smoothing,
+                **ignore_index)
+
+
+def _cross_entropy_ignoring_at_run_time(g, input, target, weight, mode, ignore, smoothing):
+    """ignore_index is a graph value (taken from a traced tensor size, say), while ONNX takes it
+    only as an attribute: the loss runs unreduced on the targets with the ignored ones replaced by
+    class 0, and the ignored positions are masked out here. "mean" divides by the summed target
+    weights of the kept positions (their count without weights), as PyTorch does."""
+    scalar_shape = g.op("Constant", value_t=torch.tensor([], dtype=torch.long))
+    ignore = g.op("Reshape", g.op("Cast", ignore, to_i=sh.cast_pytorch_to_onnx["Long"]), scalar_shape)
+    keep = g.op("Not", g.op("Equal", target, ignore))
+    safe_target = g.op("Where", keep, target, g.op("Constant", value_t=torch.tensor(0, dtype=torch.long)))
+    inputs = [input, safe_target] if sh._is_none(weight) else [input, safe_target, weight]
+    loss = _softmax_cross_entropy(g, inputs, "none", smoothing)
+    zero = g.op("CastLike", g.op("Constant", value_t=torch.tensor(0.0)), loss)
+    loss = g.op("Where", keep, loss, zero)
+    if mode == "none":
+        return loss
+    total = g.op("ReduceSum", loss, keepdims_i=0)
+    if mode == "sum":
+        return total
+    if sh._is_none(weight):
+        kept_weight = g.op("CastLike", keep, loss)
+    else:
+        kept_weight = g.op("Where", keep, g.op("Gather", weight, safe_target, axis_i=0), zero)
+    return g.op("Div", total, g.op("ReduceSum", kept_weight, keepdims_i=0))
 
 
 def _bce_with_logits(g, input, target, weight, pos_weight, reduction):
@@ -129,7 +165,37 @@ def _extremum_along(arg_op, reduce_fallback):
     return symbolic
 
 
+def _max_unpool(g, input, indices, output_size, *stride_and_padding):
+    # torch's indices address one image plane of the output (whose size torch always passes,
+    # often traced from a tensor's shape), so the unpooling is a scatter along the flattened
+    # planes: its gradient gathers dY back.
+    def const(values):
+        return g.op("Constant", value_t=torch.tensor(values, dtype=torch.long))
+
+    def size_of(value):
+        size = sh._maybe_get_const(value, "i")
+        if isinstance(size, int):
+            return const([size])
+        return g.op("Reshape", g.op("Cast", value, to_i=sh.cast_pytorch_to_onnx["Long"]), const([1]))
+
+    sizes = sh._maybe_get_const(output_size, "is")
+    if isinstance(sizes, (list, tuple)):
+        sizes = const([int(s) for s in sizes])
+    else:
+        sizes = g.op("Concat", *[size_of(v) for v in sh._unpack_list(output_size)], axis_i=0)
+    plane = g.op("ReduceProd", sizes, keepdims_i=1)
+    batch_and_channels = g.op("Slice", g.op("Shape", input), const([0]), const([2]))
+    flat_shape = g.op("Concat", batch_and_channels, const([-1]), axis_i=0)
+    zeros = g.op("CastLike", g.op("ConstantOfShape", g.op("Concat", batch_and_channels, plane, axis_i=0),
+                                  value_t=torch.tensor([0.0])), input)
+    out = g.op("ScatterElements", zeros, g.op("Reshape", indices, flat_shape), g.op("Reshape", input, flat_shape),
+               axis_i=2)
+    return g.op("Reshape", out, g.op("Concat", batch_and_channels, sizes, axis_i=0))
+
+
 _SYMBOLICS = {
+    "aten::max_unpool2d": _max_unpool,
+    "aten::max_unpool3d": _max_unpool,
     "aten::log_sigmoid": _log_sigmoid,
     "aten::bernoulli": _bernoulli,
     "aten::gelu": _gelu,
@@ -143,6 +209,9 @@ _SYMBOLICS = {
     "aten::adaptive_avg_pool2d": _adaptive_avg_pool,
     "aten::adaptive_avg_pool3d": _adaptive_avg_pool,
 }
+
+
+_SYMBOLICS.update(_symbolics_int_random.SYMBOLICS)
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 #include "autodiff/grad_builder.h"
 
 #include "autodiff/gradient_graph.h"
+#include "core/half.h"
 
 namespace onnxtrain {
 
@@ -71,6 +72,11 @@ std::vector<std::string> GradBuilder::op_multi(const std::string& op_type, const
 
 std::string GradBuilder::scalar_like(double value, const std::string& like) {
   DType dt = dtype_of(like);
+  if (dt == DType::Float16 || dt == DType::BFloat16) {
+    Tensor h = Tensor::empty(dt, {});
+    *static_cast<uint16_t*>(h.raw_data()) = dt == DType::Float16 ? double_to_half(value).bits : double_to_bfloat16(value).bits;
+    return owner_.add_constant(node_.name + "_const", h);
+  }
   Tensor t = dispatch_numeric(dt, "scalar_like", [&](auto tag) {
     using T = typename decltype(tag)::type;
     return Tensor::scalar<T>(static_cast<T>(value));

@@ -31,7 +31,9 @@ DType infer_output_dtype(const Graph& g, const std::string& op_type, const std::
 
 bool input_is_differentiable(const Graph& g, const Node& n, size_t i) {
   if (!n.has_input(i) || !g.may_be_floating(n.inputs[i])) return false;
+  if (OpRegistry::instance().is_not_differentiable(n.domain, n.op_type)) return false;
   if (OpRegistry::instance().has_zero_gradient(n.domain, n.op_type)) return true;
+  if (OpRegistry::instance().is_differentiable_input(n.domain, n.op_type, static_cast<int>(i))) return true;
   return input_differentiability(n.domain, n.op_type, g.opset(n.domain), static_cast<int>(i)) !=
          Differentiability::NonDifferentiable;
 }
@@ -99,6 +101,37 @@ std::string GradientGraphBuilder::accumulate(const std::vector<std::string>& con
   return sum;
 }
 
+namespace {
+// A node of a refused op (registry.h) with an input that needs a gradient, whose outputs feed an
+// output being differentiated through any edge: its gradient would silently be missing.
+void refuse_gradients_that_would_end_silently(const Graph& g, size_t num_forward_nodes,
+                                              const std::unordered_set<std::string>& requires_grad,
+                                              const std::vector<std::string>& outputs_with_grad) {
+  const auto& registry = OpRegistry::instance();
+  std::vector<size_t> refused;
+  for (size_t k = 0; k < num_forward_nodes; ++k) {
+    bool any = false;
+    for (const auto& in : g.nodes[k].inputs) any = any || (!in.empty() && requires_grad.count(in));
+    if (any && registry.gradient_refused(g.nodes[k].domain, g.nodes[k].op_type)) refused.push_back(k);
+  }
+  if (refused.empty()) return;
+  std::unordered_set<std::string> feeds(outputs_with_grad.begin(), outputs_with_grad.end());
+  for (size_t k = num_forward_nodes; k-- > 0;) {
+    const Node& n = g.nodes[k];
+    bool used = false;
+    for (const auto& out : n.outputs) used = used || (!out.empty() && feeds.count(out));
+    if (used)
+      for (const auto& in : n.inputs) feeds.insert(in);
+  }
+  for (size_t k : refused) {
+    const Node& n = g.nodes[k];
+    for (const auto& out : n.outputs)
+      if (!out.empty() && feeds.count(out))
+        throw UnsupportedError(str_cat(n.describe(), ": ", *registry.gradient_refused(n.domain, n.op_type)));
+  }
+}
+}  // namespace
+
 GradientGraph build_gradient_graph(const Graph& forward, const GradientSpec& spec) {
   // Gradient rules emit opset-13+ forms (axes as inputs, not attributes).
   OT_CHECK(forward.opset() >= 13, "training needs a model at ONNX opset 13 or newer, this one is opset ",
@@ -127,6 +160,8 @@ GradientGraph build_gradient_graph(const Graph& forward, const GradientSpec& spe
     for (const auto& out : n.outputs)
       if (!out.empty() && g.may_be_floating(out)) requires_grad.insert(out);
   }
+
+  refuse_gradients_that_would_end_silently(g, result.num_forward_nodes, requires_grad, spec.outputs_with_grad);
 
   // Gradient inputs for the outputs that carry gradient, by position: one value may be returned
   // twice, and each return gets its own incoming gradient.

@@ -1,6 +1,8 @@
 #include "onnx/model_io.h"
+#include "onnx/subgraph_closure.h"
 
 #include <onnx/checker.h>
+#include <onnx/onnx-data_pb.h>
 #include <onnx/onnx_pb.h>
 
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <unordered_set>
 
 #include "core/logging.h"
+#include "onnx/function_expansion.h"
 #include "onnx/proto_convert.h"
 
 namespace onnxtrain {
@@ -55,6 +58,8 @@ Graph load_model(const std::string& bytes, ModelMeta* meta) {
   for (const Node& n : g.nodes)
     OT_CHECK(g.opsets.count(n.domain), n.describe(), " is in domain '", n.domain,
              "', which the model does not import (opset_import)");
+  expand_functions(g);
+  close_subgraphs(g);
   if (meta) {
     meta->ir_version = mp.ir_version();
     meta->producer_name = mp.producer_name();
@@ -96,7 +101,9 @@ void save_model_file(const Graph& graph, const std::string& path, const ModelMet
 namespace {
 void collect_ops(const onnx::GraphProto& g, std::vector<std::pair<std::string, std::string>>& out) {
   for (const auto& n : g.node()) {
-    out.emplace_back(n.domain() == "ai.onnx" ? "" : n.domain(), n.op_type());
+    std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
+    if (domain.empty() && is_closed_op_type(n.op_type())) domain = kOnnxTrainDomain;  // as loading leaves it
+    out.emplace_back(domain, n.op_type());
     for (const auto& a : n.attribute()) {
       if (a.has_g()) collect_ops(a.g(), out);
       for (const auto& sub : a.graphs()) collect_ops(sub, out);
@@ -111,6 +118,34 @@ std::vector<std::pair<std::string, std::string>> list_model_ops(const std::strin
   std::vector<std::pair<std::string, std::string>> out;
   collect_ops(mp.graph(), out);
   return out;
+}
+
+namespace {
+Tensor sequence_from_proto(const onnx::SequenceProto& p) {
+  OT_CHECK(p.elem_type() == onnx::SequenceProto::TENSOR, "sequence '", p.name(),
+           "' holds non-tensor elements; onnxtrain's sequences hold tensors");
+  std::vector<Tensor> items;
+  for (const auto& t : p.tensor_values()) items.push_back(tensor_from_proto(t));
+  return Tensor::list(DType::Sequence, std::move(items));
+}
+}  // namespace
+
+Tensor load_value_proto(const std::string& bytes, DType kind) {
+  if (kind == DType::Sequence) {
+    onnx::SequenceProto p;
+    OT_CHECK(p.ParseFromString(bytes), "the bytes are not a valid ONNX SequenceProto");
+    return sequence_from_proto(p);
+  }
+  if (kind == DType::Optional) {
+    onnx::OptionalProto p;
+    OT_CHECK(p.ParseFromString(bytes), "the bytes are not a valid ONNX OptionalProto");
+    std::vector<Tensor> items;
+    if (p.elem_type() == onnx::OptionalProto::TENSOR) items.push_back(tensor_from_proto(p.tensor_value()));
+    else if (p.elem_type() == onnx::OptionalProto::SEQUENCE) items.push_back(sequence_from_proto(p.sequence_value()));
+    else OT_CHECK(p.elem_type() == onnx::OptionalProto::UNDEFINED, "optional '", p.name(), "' holds an unsupported type");
+    return Tensor::list(DType::Optional, std::move(items));
+  }
+  return load_tensor_proto(bytes);
 }
 
 Tensor load_tensor_proto(const std::string& bytes, std::string* name) {

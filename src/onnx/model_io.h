@@ -21,10 +21,14 @@ std::string save_model(const Graph& graph, const ModelMeta& meta = {}, bool chec
 void save_model_file(const Graph& graph, const std::string& path, const ModelMeta& meta = {});
 
 // (domain, op_type) of every node in the model, subgraphs included, read straight from the
-// protobuf: works for models the IR cannot hold (sequence types and the like).
+// protobuf: works for models the IR cannot hold. Ops with bodies (If, Loop, ...) are listed in
+// the closed form loading gives them (onnx/subgraph_closure.h), domain ai.onnxtrain.
 std::vector<std::pair<std::string, std::string>> list_model_ops(const std::string& bytes);
 
 // Reads a serialized TensorProto (the .pb files of ONNX's node tests).
 Tensor load_tensor_proto(const std::string& bytes, std::string* name = nullptr);
+// A serialized SequenceProto or OptionalProto as Tensor::list of `kind`; a TensorProto for any
+// other kind.
+Tensor load_value_proto(const std::string& bytes, DType kind);
 
 }  // namespace onnxtrain

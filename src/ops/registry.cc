@@ -43,6 +43,34 @@ bool OpRegistry::has_zero_gradient(const std::string& domain, const std::string&
   return zero_gradients_.count(key(domain, op_type)) > 0;
 }
 
+bool OpRegistry::add_not_differentiable(const std::string& domain, const std::string& op_type) {
+  not_differentiable_[key(domain, op_type)] = true;
+  return true;
+}
+
+bool OpRegistry::is_not_differentiable(const std::string& domain, const std::string& op_type) const {
+  return not_differentiable_.count(key(domain, op_type)) > 0;
+}
+
+bool OpRegistry::add_gradient_refused(const std::string& domain, const std::string& op_type, const std::string& why) {
+  gradient_refused_[key(domain, op_type)] = why;
+  return true;
+}
+
+const std::string* OpRegistry::gradient_refused(const std::string& domain, const std::string& op_type) const {
+  auto it = gradient_refused_.find(key(domain, op_type));
+  return it == gradient_refused_.end() ? nullptr : &it->second;
+}
+
+bool OpRegistry::add_differentiable_input(const std::string& domain, const std::string& op_type, int index) {
+  differentiable_inputs_[key(domain, op_type) + "#" + std::to_string(index)] = true;
+  return true;
+}
+
+bool OpRegistry::is_differentiable_input(const std::string& domain, const std::string& op_type, int index) const {
+  return differentiable_inputs_.count(key(domain, op_type) + "#" + std::to_string(index)) > 0;
+}
+
 const KernelFactory* OpRegistry::kernel(const std::string& domain, const std::string& op_type) const {
   auto it = kernels_.find(key(domain, op_type));
   return it == kernels_.end() ? nullptr : &it->second;

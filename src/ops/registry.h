@@ -23,6 +23,18 @@ class OpRegistry {
   // (sign, round, floor, ceil): their outputs keep requires_grad and their gradient is zeros.
   bool add_zero_gradient(const std::string& domain, const std::string& op_type);
   bool has_zero_gradient(const std::string& domain, const std::string& op_type) const;
+  // Inputs that onnxtrain differentiates although ONNX's schema calls them non-differentiable
+  // (GridSample's grid, as PyTorch does).
+  bool add_differentiable_input(const std::string& domain, const std::string& op_type, int index);
+  bool is_differentiable_input(const std::string& domain, const std::string& op_type, int index) const;
+  // Ops whose outputs are constants to autodiff whatever ONNX's schema says (random draws that
+  // read only their input's shape): no gradient flows into their inputs.
+  bool add_not_differentiable(const std::string& domain, const std::string& op_type);
+  bool is_not_differentiable(const std::string& domain, const std::string& op_type) const;
+  // Ops whose outputs are integers standing for a float input (QuantizeLinear): the chain of
+  // gradients would end there without a word, so differentiating through one is an error.
+  bool add_gradient_refused(const std::string& domain, const std::string& op_type, const std::string& why);
+  const std::string* gradient_refused(const std::string& domain, const std::string& op_type) const;
 
   const KernelFactory* kernel(const std::string& domain, const std::string& op_type) const;
   GradientRule gradient(const std::string& domain, const std::string& op_type) const;
@@ -36,6 +48,9 @@ class OpRegistry {
   std::unordered_map<std::string, KernelFactory> kernels_;
   std::unordered_map<std::string, GradientRule> gradients_;
   std::unordered_map<std::string, bool> zero_gradients_;
+  std::unordered_map<std::string, bool> differentiable_inputs_;
+  std::unordered_map<std::string, bool> not_differentiable_;
+  std::unordered_map<std::string, std::string> gradient_refused_;
 };
 
 template <typename K>
@@ -60,6 +75,22 @@ inline KernelFactory kernel_factory(FunctionKernel::Fn fn) {
 #define ONNXTRAIN_ZERO_GRADIENT(domain, op_type)                                  \
   static const bool OT_CONCAT(ot_zero_gradient_registered_, __COUNTER__) =       \
       ::onnxtrain::OpRegistry::instance().add_zero_gradient(domain, op_type)
+
+// ONNXTRAIN_DIFFERENTIABLE_INPUT("", "GridSample", 1): input 1 receives a gradient although
+// ONNX's schema calls it non-differentiable.
+#define ONNXTRAIN_DIFFERENTIABLE_INPUT(domain, op_type, index)                      \
+  static const bool OT_CONCAT(ot_differentiable_input_registered_, __COUNTER__) = \
+      ::onnxtrain::OpRegistry::instance().add_differentiable_input(domain, op_type, index)
+
+// ONNXTRAIN_NOT_DIFFERENTIABLE("", "RandomUniformLike"): its inputs never receive a gradient.
+#define ONNXTRAIN_NOT_DIFFERENTIABLE(domain, op_type)                             \
+  static const bool OT_CONCAT(ot_not_differentiable_registered_, __COUNTER__) = \
+      ::onnxtrain::OpRegistry::instance().add_not_differentiable(domain, op_type)
+
+// ONNXTRAIN_GRADIENT_REFUSED("", "QuantizeLinear", "why"): training through it is refused.
+#define ONNXTRAIN_GRADIENT_REFUSED(domain, op_type, why)                          \
+  static const bool OT_CONCAT(ot_gradient_refused_registered_, __COUNTER__) =    \
+      ::onnxtrain::OpRegistry::instance().add_gradient_refused(domain, op_type, why)
 
 // ONNXTRAIN_GRADIENT("", "Relu", relu_gradient): the rule emits the backward nodes.
 #define ONNXTRAIN_GRADIENT(domain, op_type, rule)                                \

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "ops/registry.h"
+#include "runtime/half_compute.h"
 
 namespace onnxtrain {
 
@@ -91,6 +92,11 @@ Program::Program(Graph graph, const std::vector<std::string>& standalone_values)
       int id = intern(name);
       producer_[id] = static_cast<int>(k);
       cn.outputs.push_back(id);
+    }
+    cn.widen_16bit_floats = computes_16bit_floats_in_float32(n.domain, n.op_type);
+    for (const auto& v : n.outputs) {
+      const ValueInfo* vi = v.empty() ? nullptr : graph_.info(v);
+      cn.float32_outputs.push_back(vi && vi->dtype == DType::Float32);
     }
     try {
       cn.kernel = (*registry.kernel(n.domain, n.op_type))(KernelInfo{n, cn.opset, graph_});

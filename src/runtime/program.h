@@ -23,6 +23,10 @@ struct CompiledNode {
   std::vector<int> inputs;   // value ids, -1 for omitted optional inputs
   std::vector<int> outputs;  // value ids; unrequested optional outputs get anonymous ids
   int opset = 0;
+  // float16/bfloat16 inputs are computed in float32 (runtime/half_compute.h); outputs the graph
+  // declares float32 stay float32.
+  bool widen_16bit_floats = false;
+  std::vector<bool> float32_outputs;
 };
 
 class Program {

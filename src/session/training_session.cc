@@ -2,8 +2,11 @@
 
 #include <cstring>
 
+#include "onnx/function_expansion.h"
 #include "onnx/model_io.h"
+#include "onnx/sequence_lowering.h"
 #include "onnx/shape_inference.h"
+#include "onnx/subgraph_closure.h"
 #include "passes/pipeline.h"
 #include "runtime/thread_pool.h"
 #include "session/input_check.h"
@@ -69,8 +72,11 @@ int64_t ForwardCall::stashed_bytes(bool include_inputs) const {
 }
 
 TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions options) {
+  expand_functions(forward_graph);  // graphs built in code, not loaded: the loader expands those
+  close_subgraphs(forward_graph);    // likewise
   check_kernels_exist(forward_graph);  // a missing kernel is the more basic gap than a missing rule
   infer_shapes(forward_graph);
+  if (lower_sequences(forward_graph) > 0) infer_shapes(forward_graph);
   GradientSpec spec;
   spec.wrt = options.wrt;
   spec.outputs_with_grad = options.outputs_with_grad;
@@ -160,7 +166,10 @@ void TrainingSession::save_graphs(const std::string& prefix) const {
 }
 
 InferenceSession::InferenceSession(Graph graph, bool check_finite, int opt_level) {
+  expand_functions(graph);
+  close_subgraphs(graph);
   infer_shapes(graph);
+  if (lower_sequences(graph) > 0) infer_shapes(graph);
   optimize_before_autodiff(graph, opt_level);
   optimize_after_autodiff(graph, opt_level);
   runner_ = std::make_shared<PlannedRunner>(std::move(graph), std::vector<std::string>{}, ThreadPool::global());

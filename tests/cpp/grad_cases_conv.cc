@@ -226,3 +226,25 @@ OT_PRODUCTION_CASES(production_conv_and_pool_cases());
 
 }  // namespace
 }  // namespace onnxtrain::testing
+
+// MaxUnpool: offsets into the whole tensor as MaxPool's Indices give them, without output_shape
+// and with a larger one (the unpooled frame then sits at its origin). Each offset appears once
+// (a repeated one has no derivative in the forward).
+namespace onnxtrain::testing {
+namespace {
+
+std::vector<GradCase> max_unpool_cases() {
+  const DType F64 = DType::Float64;
+  auto ints = [](std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); };
+  return {
+      {"MaxUnpool_2d_2x2", "MaxUnpool", "", {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}},
+       {random_tensor(F64, {1, 2, 2, 2}, 311), int64_tensor({0, 3, 9, 14, 21, 18, 28, 31}, {1, 2, 2, 2})}},
+      {"MaxUnpool_1d_output_shape", "MaxUnpool", "", {{"kernel_shape", ints({2})}, {"strides", ints({2})}},
+       {random_tensor(F64, {2, 1, 3}, 312), int64_tensor({0, 3, 5, 7, 8, 11}, {2, 1, 3}), int64_tensor({2, 1, 7})}},
+  };
+}
+
+OT_GRAD_CASES(max_unpool_cases());
+
+}  // namespace
+}  // namespace onnxtrain::testing

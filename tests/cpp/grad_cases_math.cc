@@ -185,3 +185,26 @@ OT_PRODUCTION_CASES(production_cases_math());
 
 }  // namespace
 }  // namespace onnxtrain::testing
+
+// Det: batched invertible matrices, a rank M-1 matrix (the cofactor path) and a rank M-2 one
+// (gradient exactly zero), as PyTorch differentiates them.
+namespace onnxtrain::testing {
+namespace {
+
+std::vector<GradCase> det_cases() {
+  const DType F64 = DType::Float64;
+  Tensor rank2 = Tensor::from_vector<double>({1, 2, 3, 2, 4, 6, 1, 0, 1}, {3, 3});
+  Tensor rank1 = Tensor::from_vector<double>({1, 2, 3, 2, 4, 6, 3, 6, 9}, {3, 3});
+  return {
+      {"Det_batched_3x3", "Det", "", {}, {random_tensor(F64, {2, 3, 3}, 321)}},
+      {"Det_4x4", "Det", "", {}, {random_tensor(F64, {4, 4}, 322)}},
+      {"Det_1x1_batch", "Det", "", {}, {random_tensor(F64, {2, 2, 1, 1}, 323)}},
+      {"Det_singular_rank_m_minus_1", "Det", "", {}, {rank2}},
+      {"Det_singular_rank_m_minus_2", "Det", "", {}, {rank1}},
+  };
+}
+
+OT_GRAD_CASES(det_cases());
+
+}  // namespace
+}  // namespace onnxtrain::testing

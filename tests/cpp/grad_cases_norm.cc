@@ -291,3 +291,40 @@ TEST(DropoutMask, DoesNotDependOnTheThreadCount) {
 
 }  // namespace
 }  // namespace onnxtrain::testing
+
+// GridSample: every mode and padding mode, both align_corners, grid points inside and outside
+// [-1, 1] (reflection sees several mirrorings), gradients for the input and the grid.
+namespace onnxtrain::testing {
+namespace {
+
+std::vector<GradCase> grid_sample_cases() {
+  const DType F64 = DType::Float64;
+  auto attrs = [](const char* mode, const char* padding, int64_t align) {
+    return AttributeMap{{"mode", Attribute::of_string(mode)},
+                        {"padding_mode", Attribute::of_string(padding)},
+                        {"align_corners", Attribute::of_int(align)}};
+  };
+  auto x = [&](uint64_t seed) { return random_tensor(F64, {2, 2, 3, 4}, seed); };
+  auto grid = [&](uint64_t seed, double reach) { return random_tensor(F64, {2, 3, 2, 2}, seed, -reach, reach); };
+  return {
+      {"GridSample_bilinear_zeros", "GridSample", "", attrs("bilinear", "zeros", 0), {x(331), grid(332, 1.2)}},
+      {"GridSample_bilinear_zeros_align", "GridSample", "", attrs("bilinear", "zeros", 1), {x(333), grid(334, 1.2)}},
+      {"GridSample_bilinear_border", "GridSample", "", attrs("bilinear", "border", 0), {x(335), grid(336, 1.3)}},
+      {"GridSample_bilinear_reflection", "GridSample", "", attrs("bilinear", "reflection", 0),
+       {x(337), grid(338, 2.5)}},
+      {"GridSample_bilinear_reflection_align", "GridSample", "", attrs("bilinear", "reflection", 1),
+       {x(339), grid(340, 2.5)}},
+      {"GridSample_nearest_zeros", "GridSample", "", attrs("nearest", "zeros", 0), {x(341), grid(342, 1.2)}},
+      {"GridSample_nearest_reflection_align", "GridSample", "", attrs("nearest", "reflection", 1),
+       {x(343), grid(344, 2.0)}},
+      {"GridSample_bicubic_zeros", "GridSample", "", attrs("bicubic", "zeros", 0), {x(345), grid(346, 1.2)}},
+      {"GridSample_bicubic_border_align", "GridSample", "", attrs("bicubic", "border", 1), {x(347), grid(348, 1.3)}},
+      {"GridSample_bicubic_reflection", "GridSample", "", attrs("bicubic", "reflection", 0),
+       {x(349), grid(350, 2.0)}},
+  };
+}
+
+OT_GRAD_CASES(grid_sample_cases());
+
+}  // namespace
+}  // namespace onnxtrain::testing

@@ -234,3 +234,23 @@ TEST(ConcatGradient, SymbolicShapesSplitAtRunTime) {
 
 }  // namespace
 }  // namespace onnxtrain::testing
+
+// ReverseSequence: time-major and batch-major, lengths from 0 to the full time axis.
+namespace onnxtrain::testing {
+namespace {
+
+std::vector<GradCase> reverse_sequence_cases() {
+  const DType F64 = DType::Float64;
+  return {
+      {"ReverseSequence_time_major", "ReverseSequence", "", {},
+       {random_tensor(F64, {4, 3, 2}, 301), int64_tensor({4, 2, 1})}},
+      {"ReverseSequence_batch_major", "ReverseSequence", "",
+       {{"batch_axis", Attribute::of_int(0)}, {"time_axis", Attribute::of_int(1)}},
+       {random_tensor(F64, {3, 5}, 302), int64_tensor({1, 5, 0})}},
+  };
+}
+
+OT_GRAD_CASES(reverse_sequence_cases());
+
+}  // namespace
+}  // namespace onnxtrain::testing

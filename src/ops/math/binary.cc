@@ -22,6 +22,8 @@ struct DivOp {
   static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
       OT_CHECK(b != 0, "integer division by zero");
+      // INT_MIN / -1 traps in C++; PyTorch wraps to INT_MIN.
+      if constexpr (std::is_signed_v<T>) if (b == -1) return static_cast<T>(0 - static_cast<std::make_unsigned_t<T>>(a));
     }
     return a / b;
   }

@@ -26,12 +26,12 @@ struct MinOp {
   T combine(T a, T b) const { return (a < b || a != a) ? a : b; }
 };
 
-// ReduceMax/ReduceMin also take int8 and uint8 (opset 12+).
+// ReduceMax/ReduceMin take every integer type: ONNX lists int8 and uint8 (opset 12+), and
+// torch's amax/amin/max of int16 and other integer tensors export to them as well.
 template <typename Fn>
 void dispatch_minmax(DType t, const char* what, Fn&& fn) {
-  if (t == DType::Int8) return fn(TypeTag<int8_t>{});
-  if (t == DType::UInt8) return fn(TypeTag<uint8_t>{});
-  dispatch_reduce(t, what, std::forward<Fn>(fn));
+  if (t == DType::Float32 || t == DType::Float64) return dispatch_reduce(t, what, std::forward<Fn>(fn));
+  dispatch_numeric(t, what, std::forward<Fn>(fn));
 }
 
 struct ReduceMaxImpl {
