@@ -21,6 +21,10 @@ bool fold_constants(Graph& graph);
 // if_inlining.cc: an If whose condition is constant becomes the nodes of the branch it takes.
 bool inline_constant_ifs(Graph& graph);
 
+// lstm_training.cc: before autodiff, an LSTM becomes ai.onnxtrain::LSTMTraining, whose extra
+// outputs (activated gates, cell states) spare its backward the recompute.
+bool stash_lstm_gates(Graph& graph);
+
 // transpose_folding.cc: MatMul, FusedMatMul and Gemm read a transposed operand through their
 // transpose flags instead of a Transpose node, when the Transpose swaps the last two axes.
 bool fold_transposes_into_matmul(Graph& graph);

@@ -30,6 +30,11 @@ void optimize_before_autodiff(Graph& graph, int level) {
   }
 }
 
+void prepare_for_autodiff(Graph& graph, int level) {
+  if (resolve_opt_level(level) == 0) return;
+  stash_lstm_gates(graph);
+}
+
 void optimize_after_autodiff(Graph& graph, int level) {
   if (resolve_opt_level(level) == 0) return;
   eliminate_common_subexpressions(graph);

@@ -17,6 +17,10 @@ int resolve_opt_level(int level);
 // matrix products), so that the backward never computes what they removed.
 void optimize_before_autodiff(Graph& graph, int level);
 
+// Just before differentiation, in training only: forward ops take the forms whose backward reads
+// what the forward saved instead of recomputing it (LSTM's gates).
+void prepare_for_autodiff(Graph& graph, int level);
+
 // After differentiation, on the joint graph: fusions of forward nodes with forward nodes and of
 // backward nodes with backward nodes (Node::in_backward) into kernels that need no gradient rule.
 // Graph outputs keep their names.

@@ -85,6 +85,7 @@ TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions opt
       if (forward_graph.may_be_floating(out)) spec.outputs_with_grad.push_back(out);
   }
   optimize_before_autodiff(forward_graph, options.opt_level);
+  prepare_for_autodiff(forward_graph, options.opt_level);
   GradientGraph gradients = build_gradient_graph(forward_graph, spec);
   optimize_after_autodiff(gradients.joint, options.opt_level);
   graph_ = std::make_shared<const TrainingGraph>(partition_training_graph(std::move(gradients), spec.wrt));

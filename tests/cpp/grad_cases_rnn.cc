@@ -230,3 +230,80 @@ TEST(RnnOps, GradientWithoutYRerunsTheForward) {
 
 }  // namespace
 }  // namespace onnxtrain::testing
+
+namespace onnxtrain::testing {
+namespace {
+
+std::vector<GradCase> lstm_training_cases() {
+  // Without its stash outputs the training form is plain LSTM: the stash path is checked against
+  // this one below, on the same graph at optimizer levels 1 and 0.
+  Sizes z;
+  return {rnn_case("LSTMTraining_without_stash", "LSTM", {{"hidden_size", i(4)}},
+                   rnn_inputs(z, 4, 500, true, {3, 2}, true, true, true, true), 3)};
+}
+
+std::vector<GradCase> with_domain(std::vector<GradCase> cases) {
+  for (auto& c : cases) {
+    c.op_type = "LSTMTraining";
+    c.domain = kOnnxTrainDomain;
+  }
+  return cases;
+}
+
+OT_GRAD_CASES(with_domain(lstm_training_cases()));
+
+// passes/lstm_training.cc: stashed gates and cell states give the gradients the recompute gives,
+// in float32, bidirectional, with peepholes, initial states and unequal lengths.
+TEST(LstmTraining, StashedGatesGiveTheRecomputedGradients) {
+  Sizes z;
+  z.D = 2;
+  z.T = 4;
+  std::vector<Tensor> inputs = rnn_inputs(z, 4, 600, true, {4, 2}, true, true, true, true);
+  for (Tensor& t : inputs)
+    if (t.defined() && t.dtype() == F64) {
+      Tensor f = Tensor::empty(DType::Float32, t.shape());
+      for (int64_t e = 0; e < t.numel(); ++e) f.data<float>()[e] = static_cast<float>(t.data<double>()[e]);
+      t = f;
+    }
+  auto run = [&](int level, bool& stashed) {
+    Graph g;
+    g.opsets = {{"", 17}};
+    Node n{"lstm", "LSTM", "", {}, {"y", "yh", "yc"}, {{"hidden_size", i(4)}, {"direction", s("bidirectional")}}};
+    std::vector<std::string> wrt;
+    std::vector<Tensor> feeds;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const std::string name = "in" + std::to_string(k);
+      n.inputs.push_back(name);
+      g.inputs.push_back(name);
+      g.value_info[name].dtype = inputs[k].dtype();
+      feeds.push_back(inputs[k]);
+      if (is_floating(inputs[k].dtype())) wrt.push_back(name);
+    }
+    g.value_info["y"].dtype = g.value_info["yh"].dtype = g.value_info["yc"].dtype = DType::Float32;
+    g.add_node(n);
+    g.outputs = {"y", "yh", "yc"};
+    TrainingSession session(g, {wrt, {}, false, level});
+    stashed = false;
+    for (const Node& node : session.program().graph().nodes) stashed = stashed || node.op_type == "LSTMTraining";
+    std::vector<Tensor> outs;
+    auto call = session.forward(feeds, 7, outs);
+    return session.backward(*call, {random_tensor(DType::Float32, {z.T, 2, z.B, z.H}, 601),
+                                    random_tensor(DType::Float32, {2, z.B, z.H}, 602),
+                                    random_tensor(DType::Float32, {2, z.B, z.H}, 603)});
+  };
+  bool stashed = false, recomputed_stashed = true;
+  const std::vector<Tensor> with_stash = run(1, stashed), recomputed = run(0, recomputed_stashed);
+  EXPECT_TRUE(stashed);
+  EXPECT_FALSE(recomputed_stashed);
+  ASSERT_EQ(with_stash.size(), recomputed.size());
+  for (size_t k = 0; k < with_stash.size(); ++k) {
+    ASSERT_TRUE(with_stash[k].defined() && recomputed[k].defined()) << "gradient " << k;
+    for (int64_t e = 0; e < with_stash[k].numel(); ++e)
+      ASSERT_NEAR(with_stash[k].item_as_double(e), recomputed[k].item_as_double(e),
+                  1e-5 * (1 + std::abs(recomputed[k].item_as_double(e))))
+          << "gradient " << k << " element " << e;
+  }
+}
+
+}  // namespace
+}  // namespace onnxtrain::testing

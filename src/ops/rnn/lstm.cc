@@ -22,6 +22,8 @@ namespace {
 using namespace rnn;
 
 const std::vector<Activation> kLstmDefaults{Activation::Sigmoid, Activation::Tanh, Activation::Tanh};
+// ai.onnxtrain::LSTMTraining's outputs after Y, Y_h, Y_c: what its backward would recompute.
+enum StashOutput { kGatesOut = 3, kCellsOut = 4 };
 
 template <typename T>
 using LstmArgs = Args<T>;
@@ -79,8 +81,11 @@ inline void cell_step(const Spec& spec, int d, int64_t H, const T* p, T* g, T* c
 
 // The forward of every direction. y (may be null) receives Y; yh, yc (may be null) the final
 // states.
+// gates / cells (may be null): the stash of ai.onnxtrain::LSTMTraining, [D, rows, 4H] activated
+// gates and [D, rows, H] cell states, at each step's row of X.
 template <typename T>
-void lstm_forward(ThreadPool& pool, const LstmArgs<T>& a, ForwardScratch<T>& s, T* y, T* yh, T* yc) {
+void lstm_forward(ThreadPool& pool, const LstmArgs<T>& a, ForwardScratch<T>& s, T* y, T* yh, T* yc,
+                  T* gates = nullptr, T* cells = nullptr) {
   const Dims& D = a.dims;
   const int64_t H = D.H, G = 4 * H, B = D.B;
   const int64_t steps = a.max_len();
@@ -104,6 +109,9 @@ void lstm_forward(ThreadPool& pool, const LstmArgs<T>& a, ForwardScratch<T>& s, 
           T* hb = s.h + b * H;
           cell_step(*a.spec, d, H, p, g, s.c + b * H, hb, static_cast<uint8_t*>(nullptr));
           if (y) std::copy(hb, hb + H, y + D.y_offset(t, d, b));
+          const int64_t row = D.x_row(t, b);
+          if (gates) std::copy(g, g + G, gates + (d * D.rows() + row) * G);
+          if (cells) std::copy(s.c + b * H, s.c + b * H + H, cells + (d * D.rows() + row) * H);
         }
       });
     }
@@ -129,15 +137,21 @@ class LstmKernel final : public Kernel {
     T* y = ctx.output_needed(0) ? ctx.allocate_output(0, dt, a.dims.y_shape()).template data<T>() : nullptr;
     T* yh = ctx.num_outputs() > 1 && ctx.output_needed(1) ? ctx.allocate_output(1, dt, a.dims.state_shape()).template data<T>() : nullptr;
     T* yc = ctx.num_outputs() > 2 && ctx.output_needed(2) ? ctx.allocate_output(2, dt, a.dims.state_shape()).template data<T>() : nullptr;
+    T* gates = needed_output<T>(ctx, kGatesOut, {a.dims.D, a.dims.rows(), 4 * a.dims.H});
+    T* cells = needed_output<T>(ctx, kCellsOut, {a.dims.D, a.dims.rows(), a.dims.H});
+    OT_CHECK(!(gates || cells) || !spec_.has_clip, spec_.node, ": LSTMTraining's stash does not hold clip masks");
+    // Rows past a sequence's length keep no gates: the backward reads only rows it ran.
+    if (gates) std::fill_n(gates, a.dims.D * a.dims.rows() * 4 * a.dims.H, T(0));
+    if (cells) std::fill_n(cells, a.dims.D * a.dims.rows() * a.dims.H, T(0));
     ForwardScratch<T> s;
     carve_scratch(ctx, [&](Carver& cv) { s.carve(cv, a.dims); });
-    lstm_forward(ctx.threads(), a, s, y, yh, yc);
+    lstm_forward(ctx.threads(), a, s, y, yh, yc, gates, cells);
   }
 
   Spec spec_;
 };
 
-enum GradInput { kY = 8, kdY = 9, kdYh = 10, kdYc = 11 };
+enum GradInput { kY = 8, kdY = 9, kdYh = 10, kdYc = 11, kGatesIn = 12, kCellsIn = 13 };
 
 class LstmGradKernel final : public Kernel {
  public:
@@ -157,6 +171,9 @@ class LstmGradKernel final : public Kernel {
     const T* dy = optional_input<T>(ctx, spec_, kdY, D.y_shape(), "dY");
     const T* dyh = optional_input<T>(ctx, spec_, kdYh, D.state_shape(), "dY_h");
     const T* dyc = optional_input<T>(ctx, spec_, kdYc, D.state_shape(), "dY_c");
+    const T* stashed_gates = optional_input<T>(ctx, spec_, kGatesIn, {D.D, rows, G}, "the stashed gates");
+    const T* stashed_cells = optional_input<T>(ctx, spec_, kCellsIn, {D.D, rows, H}, "the stashed cell states");
+    const bool stashed = stashed_gates && stashed_cells && y_in;
 
     ForwardScratch<T> fs;
     T *y_own = nullptr, *hp, *act, *sl, *cs, *tc, *stc, *dgs, *dh, *dc, *dp, *zeros;
@@ -204,10 +221,15 @@ class LstmGradKernel final : public Kernel {
       const T* P = a.p ? a.p + d * 3 * H : zeros;
       const T* c0 = a.c0;
 
-      // Pre-activations of every step: x W^T + b + h_prev R^T.
+      // Pre-activations of every step: x W^T + b + h_prev R^T (unless the forward stashed the
+      // activated gates and cell states).
       previous_states(D, a.lens, d, rev, y, a.h0, hp);
-      input_projection(pool, a, d, act, fs.bias);
-      matmul<T>(pool, false, true, rows, G, H, hp, H, R, H, T(1), act, G);
+      if (stashed) {
+        std::copy(stashed_gates + d * rows * G, stashed_gates + (d + 1) * rows * G, act);
+      } else {
+        input_projection(pool, a, d, act, fs.bias);
+        matmul<T>(pool, false, true, rows, G, H, hp, H, R, H, T(1), act, G);
+      }
 
       // Forward sweep per batch row: cell states, activated gates and their slopes.
       pool.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
@@ -220,7 +242,12 @@ class LstmGradKernel final : public Kernel {
           for (int64_t step = 0; step < len; ++step) {
             const int64_t row = D.x_row(time_at(rev, step, len), b);
             T* g = act + row * G;
-            cell_step(spec_, d, H, a.p ? P : nullptr, g, c.data(), tc + row * H, m);
+            if (stashed) {
+              const T* cell = stashed_cells + (d * rows + row) * H;
+              std::copy(cell, cell + H, c.begin());
+            } else {
+              cell_step(spec_, d, H, a.p ? P : nullptr, g, c.data(), tc + row * H, m);
+            }
             std::copy(c.begin(), c.end(), cs + row * H);
             // tc held h = o * h(c); the backward wants h(c) itself and its slope.
             std::copy(c.begin(), c.end(), tc + row * H);
@@ -312,11 +339,21 @@ class LstmGradKernel final : public Kernel {
 
 void lstm_gradient(GradBuilder& g) { emit_rnn_gradient(g, "LSTMGrad", 8, 3); }
 
+// The training form hands its stash to the backward op.
+void lstm_training_gradient(GradBuilder& g) {
+  if (g.num_outputs() <= kCellsOut) return lstm_gradient(g);
+  OT_CHECK(!g.has_output_grad(kGatesOut) && !g.has_output_grad(kCellsOut), g.node().describe(),
+           ": its stash outputs are the backward's, not values to differentiate");
+  emit_rnn_gradient(g, "LSTMGrad", 8, 3, {g.output(kGatesOut), g.output(kCellsOut)});
+}
+
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "LSTM", kernel_factory<LstmKernel>());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LSTMGrad", kernel_factory<LstmGradKernel>());
 ONNXTRAIN_GRADIENT("", "LSTM", lstm_gradient);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LSTMTraining", kernel_factory<LstmKernel>());
+ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "LSTMTraining", lstm_training_gradient);
 // ONNX marks the initial states non-differentiable; PyTorch differentiates h0 (and c0).
 ONNXTRAIN_DIFFERENTIABLE_INPUT("", "LSTM", rnn::kInitialH);
 ONNXTRAIN_DIFFERENTIABLE_INPUT("", "LSTM", rnn::kInitialC);

@@ -193,13 +193,15 @@ template void previous_states<float>(const Dims&, const std::vector<int64_t>&, i
 template void previous_states<double>(const Dims&, const std::vector<int64_t>&, int, bool, const double*,
                                       const double*, double*);
 
-void emit_rnn_gradient(GradBuilder& g, const std::string& grad_op, int num_forward_inputs, int num_outputs) {
+void emit_rnn_gradient(GradBuilder& g, const std::string& grad_op, int num_forward_inputs, int num_outputs,
+                       const std::vector<std::string>& stash) {
   const Node& n = g.node();
   std::vector<std::string> inputs;
   for (int i = 0; i < num_forward_inputs; ++i) inputs.push_back(g.has_input(i) ? g.input(i) : std::string());
   const bool have_y = !n.outputs.empty() && !n.outputs[0].empty();
   inputs.push_back(have_y ? g.output(0) : std::string());
   for (int o = 0; o < num_outputs; ++o) inputs.push_back(g.has_output_grad(o) ? g.output_grad(o) : std::string());
+  inputs.insert(inputs.end(), stash.begin(), stash.end());
   const int num_grads = num_forward_inputs == 8 ? 7 : 5;
   std::vector<std::string> d = g.op_multi(grad_op, inputs, num_grads, n.attrs, kOnnxTrainDomain);
   for (int i = 0; i < num_forward_inputs; ++i) {

@@ -289,6 +289,8 @@ namespace rnn {
 // The gradient rule of all three ops: one <op>Grad node taking the forward inputs (num_inputs of
 // them, absent ones empty), Y (when the forward produced it; else the Grad op reruns the
 // forward) and the gradients of the outputs (absent ones empty: zeros).
-void emit_rnn_gradient(GradBuilder& g, const std::string& grad_op, int num_forward_inputs, int num_outputs);
+// `stash`: forward values appended to the backward op's inputs (LSTMTraining's gates and cells).
+void emit_rnn_gradient(GradBuilder& g, const std::string& grad_op, int num_forward_inputs, int num_outputs,
+                       const std::vector<std::string>& stash = {});
 }  // namespace rnn
 }  // namespace onnxtrain
