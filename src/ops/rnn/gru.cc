@@ -129,15 +129,10 @@ void gru_forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y,
   }
 }
 
-class GruKernel final : public Kernel {
+class GruKernel final : public RecurrentKernel<GruKernel> {
  public:
-  explicit GruKernel(const KernelInfo& info) : spec_(parse_spec(info.node, 3, kGruDefaults)) {}
+  explicit GruKernel(const KernelInfo& info) : RecurrentKernel(info, 3, kGruDefaults) {}
 
-  void compute(KernelContext& ctx) const override {
-    dispatch(ctx.input(kX).dtype(), spec_, [&](auto tag) { this->template run<decltype(tag)>(ctx); });
-  }
-
- private:
   template <typename T>
   void run(KernelContext& ctx) const {
     Args<T> a = make_args<T>(ctx, spec_, false);
@@ -148,20 +143,14 @@ class GruKernel final : public Kernel {
     gru_forward(ctx.threads(), a, s, y, yh);
   }
 
-  Spec spec_;
 };
 
 enum GradInput { kY = 6, kdY = 7, kdYh = 8 };
 
-class GruGradKernel final : public Kernel {
+class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
  public:
-  explicit GruGradKernel(const KernelInfo& info) : spec_(parse_spec(info.node, 3, kGruDefaults)) {}
+  explicit GruGradKernel(const KernelInfo& info) : RecurrentKernel(info, 3, kGruDefaults) {}
 
-  void compute(KernelContext& ctx) const override {
-    dispatch(ctx.input(kX).dtype(), spec_, [&](auto tag) { this->template run<decltype(tag)>(ctx); });
-  }
-
- private:
   template <typename T>
   void run(KernelContext& ctx) const {
     Args<T> a = make_args<T>(ctx, spec_, false);
@@ -344,7 +333,6 @@ class GruGradKernel final : public Kernel {
     }
   }
 
-  Spec spec_;
 };
 
 void gru_gradient(GradBuilder& g) { emit_rnn_gradient(g, "GRUGrad", 6, 2); }

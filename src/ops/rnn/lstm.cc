@@ -121,15 +121,10 @@ void lstm_forward(ThreadPool& pool, const LstmArgs<T>& a, ForwardScratch<T>& s, 
   }
 }
 
-class LstmKernel final : public Kernel {
+class LstmKernel final : public RecurrentKernel<LstmKernel> {
  public:
-  explicit LstmKernel(const KernelInfo& info) : spec_(parse_spec(info.node, 4, kLstmDefaults)) {}
+  explicit LstmKernel(const KernelInfo& info) : RecurrentKernel(info, 4, kLstmDefaults) {}
 
-  void compute(KernelContext& ctx) const override {
-    dispatch(ctx.input(kX).dtype(), spec_, [&](auto tag) { this->template run<decltype(tag)>(ctx); });
-  }
-
- private:
   template <typename T>
   void run(KernelContext& ctx) const {
     LstmArgs<T> a = make_args<T>(ctx, spec_, true);
@@ -148,20 +143,14 @@ class LstmKernel final : public Kernel {
     lstm_forward(ctx.threads(), a, s, y, yh, yc, gates, cells);
   }
 
-  Spec spec_;
 };
 
 enum GradInput { kY = 8, kdY = 9, kdYh = 10, kdYc = 11, kGatesIn = 12, kCellsIn = 13 };
 
-class LstmGradKernel final : public Kernel {
+class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
  public:
-  explicit LstmGradKernel(const KernelInfo& info) : spec_(parse_spec(info.node, 4, kLstmDefaults)) {}
+  explicit LstmGradKernel(const KernelInfo& info) : RecurrentKernel(info, 4, kLstmDefaults) {}
 
-  void compute(KernelContext& ctx) const override {
-    dispatch(ctx.input(kX).dtype(), spec_, [&](auto tag) { this->template run<decltype(tag)>(ctx); });
-  }
-
- private:
   template <typename T>
   void run(KernelContext& ctx) const {
     LstmArgs<T> a = make_args<T>(ctx, spec_, true);
@@ -334,7 +323,6 @@ class LstmGradKernel final : public Kernel {
     }
   }
 
-  Spec spec_;
 };
 
 void lstm_gradient(GradBuilder& g) { emit_rnn_gradient(g, "LSTMGrad", 8, 3); }

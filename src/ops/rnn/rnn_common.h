@@ -83,6 +83,22 @@ void dispatch(DType dtype, const Spec& spec, F&& f) {
   throw UnsupportedError(str_cat(spec.node, ": element type ", dtype_name(dtype), " is not supported (float32 or float64)"));
 }
 
+// The six kernels of the family (LSTM, GRU, RNN and their Grad ops): the spec parsed once, and
+// compute dispatched to Derived::run<T> for T = float or double.
+template <typename Derived>
+class RecurrentKernel : public Kernel {
+ public:
+  RecurrentKernel(const KernelInfo& info, int gates, const std::vector<Activation>& defaults)
+      : spec_(parse_spec(info.node, gates, defaults)) {}
+  void compute(KernelContext& ctx) const override {
+    dispatch(ctx.input(kX).dtype(), spec_,
+             [&](auto tag) { static_cast<const Derived*>(this)->template run<decltype(tag)>(ctx); });
+  }
+
+ protected:
+  Spec spec_;
+};
+
 // x[i] = act(x[i]) in place.
 template <typename T>
 void activate(Activation a, T* x, int64_t n);

@@ -62,15 +62,10 @@ void rnn_forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y,
   }
 }
 
-class RnnKernel final : public Kernel {
+class RnnKernel final : public RecurrentKernel<RnnKernel> {
  public:
-  explicit RnnKernel(const KernelInfo& info) : spec_(parse_spec(info.node, 1, kRnnDefaults)) {}
+  explicit RnnKernel(const KernelInfo& info) : RecurrentKernel(info, 1, kRnnDefaults) {}
 
-  void compute(KernelContext& ctx) const override {
-    dispatch(ctx.input(kX).dtype(), spec_, [&](auto tag) { this->template run<decltype(tag)>(ctx); });
-  }
-
- private:
   template <typename T>
   void run(KernelContext& ctx) const {
     Args<T> a = make_args<T>(ctx, spec_, false);
@@ -81,20 +76,14 @@ class RnnKernel final : public Kernel {
     rnn_forward(ctx.threads(), a, s, y, yh);
   }
 
-  Spec spec_;
 };
 
 enum GradInput { kY = 6, kdY = 7, kdYh = 8 };
 
-class RnnGradKernel final : public Kernel {
+class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
  public:
-  explicit RnnGradKernel(const KernelInfo& info) : spec_(parse_spec(info.node, 1, kRnnDefaults)) {}
+  explicit RnnGradKernel(const KernelInfo& info) : RecurrentKernel(info, 1, kRnnDefaults) {}
 
-  void compute(KernelContext& ctx) const override {
-    dispatch(ctx.input(kX).dtype(), spec_, [&](auto tag) { this->template run<decltype(tag)>(ctx); });
-  }
-
- private:
   template <typename T>
   void run(KernelContext& ctx) const {
     Args<T> a = make_args<T>(ctx, spec_, false);
@@ -191,7 +180,6 @@ class RnnGradKernel final : public Kernel {
     }
   }
 
-  Spec spec_;
 };
 
 void rnn_gradient(GradBuilder& g) { emit_rnn_gradient(g, "RNNGrad", 6, 2); }
