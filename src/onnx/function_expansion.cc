@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "onnx/proto_convert.h"
 #include "onnx/shape_inference.h"
+#include "onnx/subgraph_closure.h"
 #include "ops/registry.h"
 
 namespace onnxtrain {
@@ -21,6 +22,8 @@ std::string normalized_domain(const std::string& domain) { return domain == "ai.
 
 const onnx::OpSchema* function_schema(const std::string& domain, const std::string& op_type, int opset) {
   if (OpRegistry::instance().kernel(domain, op_type)) return nullptr;
+  // Ops with bodies (SequenceMap's function is a Loop) run in their closed form instead.
+  if (domain.empty() && is_closed_op_type(op_type)) return nullptr;
   const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(op_type, opset, domain);
   if (!schema || !(schema->HasFunction() || schema->HasContextDependentFunction())) return nullptr;
   return schema;
@@ -174,7 +177,8 @@ class FunctionExpander {
     for (const std::string& v : node.inputs) {
       input_types.emplace_back();
       const ValueInfo* info = v.empty() ? nullptr : top_.info(v);
-      if (!info || info->dtype == DType::Undefined) continue;
+      // libonnx's body builders read every input's type unchecked (the fuzzer found SequenceMap's).
+      if (!info || info->dtype == DType::Undefined) return false;
       onnx::ValueInfoProto vi;
       value_info_to_proto(v, info, &vi);
       input_types.back() = vi.type();
