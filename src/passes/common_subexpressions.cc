@@ -3,21 +3,16 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/random_ops.h"
 #include "passes/passes.h"
 
 namespace onnxtrain {
 namespace {
 
-bool is_random(const Node& n) {
-  static const std::unordered_set<std::string> random = {"Dropout", "Bernoulli", "RandomNormal", "RandomUniform",
-                                                         "RandomNormalLike", "RandomUniformLike", "Multinomial"};
-  return random.count(n.op_type) > 0;
-}
-
 // Everything that decides a node's result besides its inputs' values; empty when the node must
 // not be merged (random, or with subgraphs).
 std::string fingerprint(const Node& n) {
-  if (is_random(n)) return "";
+  if (is_random_op(n)) return "";
   std::ostringstream os;
   os << n.domain << '\x1f' << n.op_type << '\x1f' << n.in_backward << '\x1f' << n.outputs.size();
   for (const auto& in : n.inputs) os << '\x1f' << in;

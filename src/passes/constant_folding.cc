@@ -1,5 +1,6 @@
 #include <unordered_set>
 
+#include "ir/random_ops.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
 #include "runtime/thread_pool.h"
@@ -11,9 +12,7 @@ namespace {
 constexpr int64_t kMaxFoldedElements = 1 << 16;
 
 bool foldable_op(const Node& n) {
-  static const std::unordered_set<std::string> random = {"Dropout", "Bernoulli", "RandomNormal", "RandomUniform",
-                                                         "RandomNormalLike", "RandomUniformLike", "Multinomial"};
-  if (random.count(n.op_type)) return false;
+  if (is_random_op(n)) return false;
   for (const auto& kv : n.attrs)
     if (kv.second.kind == Attribute::Kind::Graph) return false;
   return true;

@@ -107,6 +107,19 @@ TEST(IfInlining, AConstantConditionLeavesTheBranchTakenAndTheSameResult) {
   for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(optimized.item_as_double(i), plain.item_as_double(i));
 }
 
+TEST(SubgraphClosure, GradientOfAnIfWhoseBranchDrawsRandomNumbersIsRefused) {
+  Graph g = if_graph();
+  Graph& then_branch = *g.nodes[0].attrs.at("then_branch").g;
+  then_branch.nodes.push_back(make("Dropout", {"sum"}, {"dropped"}));
+  then_branch.outputs = {"dropped"};
+  try {
+    TrainingSession session(g, {{"x", "w"}, {}, false});
+    FAIL() << "no error";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("then_branch draws random numbers"), std::string::npos) << e.what();
+  }
+}
+
 // for i in range(4): s = s + x, scanning s: s ends at 4x; the scan output is [x, 2x, 3x, 4x].
 TEST(SubgraphClosure, LoopCarriesStateAndStacksScanOutputs) {
   auto body = std::make_shared<Graph>();

@@ -4,6 +4,7 @@
 // is stashed, and either branch may be the one that ran.
 #include "autodiff/gradient_graph.h"
 #include "autodiff/grad_builder.h"
+#include "ir/random_ops.h"
 #include "ops/control/subgraph.h"
 #include "ops/registry.h"
 
@@ -110,6 +111,10 @@ DType declared_dtype(const GradBuilder& g, const std::string& value) {
 
 void if_gradient(GradBuilder& g) {
   const Node& n = g.node();
+  for (const char* key : {"then_branch", "else_branch"})
+    if (draws_random_numbers(*n.attrs.at(key).g))
+      throw UnsupportedError(str_cat(n.describe(), ": its ", key, " draws random numbers (Dropout, Bernoulli, ...); "
+                                     "its gradient recomputes the branch, which would draw other values"));
   std::vector<int> wrt;  // positions among the branch inputs (node input i + 1)
   std::vector<DType> wrt_dtypes;
   for (int i = 1; i < g.num_inputs(); ++i) {

@@ -1,0 +1,27 @@
+#pragma once
+// Ops whose results are random draws: never folded into constants, never merged with a twin, and
+// never recomputed in the expectation of the same values.
+#include <string>
+#include <unordered_set>
+
+#include "ir/graph.h"
+
+namespace onnxtrain {
+
+inline bool is_random_op(const Node& n) {
+  static const std::unordered_set<std::string> random = {"Dropout", "Bernoulli", "RandomNormal", "RandomUniform",
+                                                         "RandomNormalLike", "RandomUniformLike", "Multinomial"};
+  return random.count(n.op_type) > 0;
+}
+
+// Whether any node of `g`, or of a body inside it, draws random numbers.
+inline bool draws_random_numbers(const Graph& g) {
+  for (const Node& n : g.nodes) {
+    if (is_random_op(n)) return true;
+    for (const auto& kv : n.attrs)
+      if (kv.second.kind == Attribute::Kind::Graph && kv.second.g && draws_random_numbers(*kv.second.g)) return true;
+  }
+  return false;
+}
+
+}  // namespace onnxtrain
