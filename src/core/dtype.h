@@ -62,23 +62,6 @@ decltype(auto) dispatch_float(DType t, const char* what, Fn&& fn) {
   }
 }
 
-template <typename Fn>
-decltype(auto) dispatch_numeric(DType t, const char* what, Fn&& fn) {
-  switch (t) {
-    case DType::Float32: return fn(TypeTag<float>{});
-    case DType::Float64: return fn(TypeTag<double>{});
-    case DType::Int64: return fn(TypeTag<int64_t>{});
-    case DType::Int32: return fn(TypeTag<int32_t>{});
-    case DType::Int16: return fn(TypeTag<int16_t>{});
-    case DType::Int8: return fn(TypeTag<int8_t>{});
-    case DType::UInt8: return fn(TypeTag<uint8_t>{});
-    case DType::UInt16: return fn(TypeTag<uint16_t>{});
-    case DType::UInt32: return fn(TypeTag<uint32_t>{});
-    case DType::UInt64: return fn(TypeTag<uint64_t>{});
-    default: OT_THROW(what, ": element type ", dtype_name(t), " is not supported");
-  }
-}
-
 // Integer types only (bitwise ops, shifts, integer division).
 template <typename Fn>
 decltype(auto) dispatch_integer(DType t, const char* what, Fn&& fn) {
@@ -98,6 +81,14 @@ decltype(auto) dispatch_integer(DType t, const char* what, Fn&& fn) {
 template <typename Fn>
 decltype(auto) dispatch_integer_or_bool(DType t, const char* what, Fn&& fn) {
   if (t == DType::Bool) return fn(TypeTag<bool>{});
+  return dispatch_integer(t, what, std::forward<Fn>(fn));
+}
+
+template <typename Fn>
+decltype(auto) dispatch_numeric(DType t, const char* what, Fn&& fn) {
+  if (t == DType::Float32) return fn(TypeTag<float>{});
+  if (t == DType::Float64) return fn(TypeTag<double>{});
+  if (!is_integral(t)) OT_THROW(what, ": element type ", dtype_name(t), " is not supported");
   return dispatch_integer(t, what, std::forward<Fn>(fn));
 }
 

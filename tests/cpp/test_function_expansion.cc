@@ -37,7 +37,9 @@ void expect_well_formed(Graph g) {
     EXPECT_TRUE(names.insert(n.name).second) << "node name repeats: " << n.name;
     for (const auto& v : n.inputs) EXPECT_TRUE(v.empty() || values.count(v)) << n.describe() << " reads undefined '" << v << "'";
     for (const auto& v : n.outputs)
-      if (!v.empty()) EXPECT_TRUE(values.insert(v).second) << "value defined twice: " << v;
+      if (!v.empty()) {
+        EXPECT_TRUE(values.insert(v).second) << "value defined twice: " << v;
+      }
   }
   for (const auto& out : g.outputs) EXPECT_TRUE(values.count(out)) << "graph output '" << out << "' lost";
   EXPECT_NO_THROW(g.sort_topologically());
@@ -59,7 +61,9 @@ TEST(FunctionExpansion, MeanVarianceNormalizationBecomesPrimitiveOps) {
   for (const Node& n : g.nodes) {
     EXPECT_EQ(n.name.rfind("mvn/", 0), 0u) << "body node not named after its function node: " << n.name;
     // ref_attr_name="axes" resolved from the node, not left dangling or defaulted.
-    if (n.op_type == "ReduceMean") EXPECT_EQ(n.attr_ints("axes"), (std::vector<int64_t>{0, 2})) << n.describe();
+    if (n.op_type == "ReduceMean") {
+      EXPECT_EQ(n.attr_ints("axes"), (std::vector<int64_t>{0, 2})) << n.describe();
+    }
   }
   expect_well_formed(g);
 }
@@ -69,7 +73,9 @@ TEST(FunctionExpansion, AttributeDefaultsComeFromTheSchema) {
   Graph mvn = one_node_graph({"m", "MeanVarianceNormalization", "", {"x"}, {"y"}, {}}, 13, {{"x", f32_shape({2, 3, 2, 2})}});
   expand_functions(mvn);
   for (const Node& n : mvn.nodes)
-    if (n.op_type == "ReduceMean") EXPECT_EQ(n.attr_ints("axes"), (std::vector<int64_t>{0, 2, 3}));
+    if (n.op_type == "ReduceMean") {
+      EXPECT_EQ(n.attr_ints("axes"), (std::vector<int64_t>{0, 2, 3}));
+    }
   for (int64_t periodic : {-1, 0}) {
     AttributeMap attrs;
     if (periodic >= 0) attrs["periodic"] = Attribute::of_int(periodic);

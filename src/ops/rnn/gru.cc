@@ -142,7 +142,6 @@ class GruKernel final : public RecurrentKernel<GruKernel> {
     carve_scratch(ctx, [&](Carver& cv) { s.carve(cv, a.dims); });
     gru_forward(ctx.threads(), a, s, y, yh);
   }
-
 };
 
 enum GradInput { kY = 6, kdY = 7, kdYh = 8 };
@@ -332,7 +331,6 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
       store_states(D, d, dh, dh0);
     }
   }
-
 };
 
 void gru_gradient(GradBuilder& g) { emit_rnn_gradient(g, "GRUGrad", 6, 2); }

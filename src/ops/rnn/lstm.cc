@@ -128,10 +128,9 @@ class LstmKernel final : public RecurrentKernel<LstmKernel> {
   template <typename T>
   void run(KernelContext& ctx) const {
     LstmArgs<T> a = make_args<T>(ctx, spec_, true);
-    const DType dt = ctx.input(kX).dtype();
-    T* y = ctx.output_needed(0) ? ctx.allocate_output(0, dt, a.dims.y_shape()).template data<T>() : nullptr;
-    T* yh = ctx.num_outputs() > 1 && ctx.output_needed(1) ? ctx.allocate_output(1, dt, a.dims.state_shape()).template data<T>() : nullptr;
-    T* yc = ctx.num_outputs() > 2 && ctx.output_needed(2) ? ctx.allocate_output(2, dt, a.dims.state_shape()).template data<T>() : nullptr;
+    T* y = needed_output<T>(ctx, 0, a.dims.y_shape());
+    T* yh = needed_output<T>(ctx, 1, a.dims.state_shape());
+    T* yc = needed_output<T>(ctx, 2, a.dims.state_shape());
     T* gates = needed_output<T>(ctx, kGatesOut, {a.dims.D, a.dims.rows(), 4 * a.dims.H});
     T* cells = needed_output<T>(ctx, kCellsOut, {a.dims.D, a.dims.rows(), a.dims.H});
     OT_CHECK(!(gates || cells) || !spec_.has_clip, spec_.node, ": LSTMTraining's stash does not hold clip masks");
@@ -142,7 +141,6 @@ class LstmKernel final : public RecurrentKernel<LstmKernel> {
     carve_scratch(ctx, [&](Carver& cv) { s.carve(cv, a.dims); });
     lstm_forward(ctx.threads(), a, s, y, yh, yc, gates, cells);
   }
-
 };
 
 enum GradInput { kY = 8, kdY = 9, kdYh = 10, kdYc = 11, kGatesIn = 12, kCellsIn = 13 };
@@ -176,9 +174,10 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
         fs.bias = cv.take<T>(G);
       }
       hp = cv.take<T>(rows * H);
-      act = cv.take<T>(rows * G);
+      // With the stash, gates and cell states are read where the forward left them.
+      act = stashed ? nullptr : cv.take<T>(rows * G);
       sl = cv.take<T>(rows * G);
-      cs = cv.take<T>(rows * H);
+      cs = stashed ? nullptr : cv.take<T>(rows * H);
       tc = cv.take<T>(rows * H);
       stc = cv.take<T>(rows * H);
       dgs = cv.take<T>(B * G);
@@ -213,12 +212,12 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
       // Pre-activations of every step: x W^T + b + h_prev R^T (unless the forward stashed the
       // activated gates and cell states).
       previous_states(D, a.lens, d, rev, y, a.h0, hp);
-      if (stashed) {
-        std::copy(stashed_gates + d * rows * G, stashed_gates + (d + 1) * rows * G, act);
-      } else {
+      if (!stashed) {
         input_projection(pool, a, d, act, fs.bias);
         matmul<T>(pool, false, true, rows, G, H, hp, H, R, H, T(1), act, G);
       }
+      const T* gates = stashed ? stashed_gates + d * rows * G : act;
+      const T* cells = stashed ? stashed_cells + d * rows * H : cs;
 
       // Forward sweep per batch row: cell states, activated gates and their slopes.
       pool.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
@@ -230,16 +229,13 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
           uint8_t* m = mask ? mask + b * G : nullptr;
           for (int64_t step = 0; step < len; ++step) {
             const int64_t row = D.x_row(time_at(rev, step, len), b);
-            T* g = act + row * G;
-            if (stashed) {
-              const T* cell = stashed_cells + (d * rows + row) * H;
-              std::copy(cell, cell + H, c.begin());
-            } else {
-              cell_step(spec_, d, H, a.p ? P : nullptr, g, c.data(), tc + row * H, m);
+            if (!stashed) {
+              cell_step(spec_, d, H, a.p ? P : nullptr, act + row * G, c.data(), tc + row * H, m);
+              std::copy(c.begin(), c.end(), cs + row * H);
             }
-            std::copy(c.begin(), c.end(), cs + row * H);
+            const T* g = gates + row * G;
             // tc held h = o * h(c); the backward wants h(c) itself and its slope.
-            std::copy(c.begin(), c.end(), tc + row * H);
+            std::copy(cells + row * H, cells + row * H + H, tc + row * H);
             activate(spec_.act(d, 2), tc + row * H, H);
             slopes(spec_.act(d, 2), tc + row * H, stc + row * H, H);
             T* s = sl + row * G;
@@ -265,15 +261,15 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
             }
             const int64_t t = time_at(rev, step, len);
             const int64_t row = D.x_row(t, b);
-            const T* gate = act + row * G;
+            const T* gate = gates + row * G;
             const T *gi = gate, *go = gate + H, *gf = gate + 2 * H, *gc = gate + 3 * H;
             T* s = sl + row * G;
             const T *si = s, *so = s + H, *sf = s + 2 * H, *sc = s + 3 * H;
-            const T* c = cs + row * H;
+            const T* c = cells + row * H;
             const T* hc = tc + row * H;
             const T* shc = stc + row * H;
             const T* cprev = step == 0 ? (c0 ? c0 + D.state_offset(d, b) : zeros)
-                                       : cs + D.x_row(time_at(rev, step - 1, len), b) * H;
+                                       : cells + D.x_row(time_at(rev, step - 1, len), b) * H;
             const T* dyr = dy ? dy + D.y_offset(t, d, b) : zeros;
             T* dhb = dh + b * H;
             T* dcb = dc + b * H;
@@ -322,7 +318,6 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
       store_states(D, d, dc, dc0);
     }
   }
-
 };
 
 void lstm_gradient(GradBuilder& g) { emit_rnn_gradient(g, "LSTMGrad", 8, 3); }

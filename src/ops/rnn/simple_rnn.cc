@@ -75,7 +75,6 @@ class RnnKernel final : public RecurrentKernel<RnnKernel> {
     carve_scratch(ctx, [&](Carver& cv) { s.carve(cv, a.dims); });
     rnn_forward(ctx.threads(), a, s, y, yh);
   }
-
 };
 
 enum GradInput { kY = 6, kdY = 7, kdYh = 8 };
@@ -179,7 +178,6 @@ class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
       store_states(D, d, dh, dh0);
     }
   }
-
 };
 
 void rnn_gradient(GradBuilder& g) { emit_rnn_gradient(g, "RNNGrad", 6, 2); }
