@@ -387,6 +387,9 @@ def main():
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--threads-list", default="1,2", help="thread counts to measure; anything but 1,2 is a quick "
                    "look that writes no table")
+    p.add_argument("--memory-optimization", choices=["none", "recompute"], default=None,
+                   help="the engine's DebugOptions(memory_optimization=...), through ONNXTRAIN_MEMORY_OPTIMIZATION "
+                   "(default: the environment's)")
     # internal: one measurement process
     p.add_argument("--mode", choices=["orchestrate", "single", "peak"], default="orchestrate")
     p.add_argument("--model")
@@ -396,6 +399,8 @@ def main():
     p.add_argument("--count-flops", action="store_true")
     p.add_argument("--gemm-efficiency", action="store_true")
     args = p.parse_args()
+    if args.memory_optimization:  # the measurement processes inherit it
+        os.environ["ONNXTRAIN_MEMORY_OPTIMIZATION"] = args.memory_optimization
     {"orchestrate": orchestrate, "single": run_single, "peak": run_peak}[args.mode](args)
 
 

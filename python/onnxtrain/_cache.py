@@ -21,7 +21,7 @@ import torch
 
 from ._logging import logger
 
-FORMAT = 4
+FORMAT = 5  # 5: checkpoint segments carry boundary markers
 _MAGIC = b"onnxtrain-export-cache"
 _warned_unusable = set()
 
@@ -217,6 +217,10 @@ def load(cache_key):
 
 
 def store(cache_key, exported):
+    if exported.python_functions:
+        # A PythonOp names a Python class and its arguments: code, which an entry never holds.
+        logger.info("onnxtrain: this export runs custom autograd.Functions, so it is not cached")
+        return
     try:
         data = encode_entry(cache_key, exported)
     except _Undecodable as e:  # e.g. a class the description cannot name

@@ -4,7 +4,7 @@ import time
 
 import torch
 
-from . import _C
+from . import _C, _options, _python_op
 from ._logging import logger
 
 
@@ -43,7 +43,7 @@ class TrainingRun:
         start = time.perf_counter()
         user_outputs = graphs.output_names[:graphs.exported.num_user_outputs]
         self.session = _C.TrainingSession(graphs.exported.model_bytes, wrt, user_outputs, graphs.check_finite,
-                                          graphs.opt_level)
+                                          graphs.opt_level, graphs.memory_optimization)
         self.build_seconds = time.perf_counter() - start
         self.wrt_positions = [names.index(n) for n in self.session.wrt]
         outputs = self.session.forward_outputs
@@ -70,8 +70,9 @@ class TrainingRun:
         if self.first_run:
             self.first_run = False
             logger.info("onnxtrain: first training forward of %s took %.1f ms; %d bytes saved for backward "
-                        "(%d with shared inputs): %s", self.graphs.name, 1e3 * (time.perf_counter() - start),
-                        call.stashed_bytes(), call.stashed_bytes(True),
+                        "(%d with shared inputs; %d more recomputed in backward instead): %s", self.graphs.name,
+                        1e3 * (time.perf_counter() - start), call.stashed_bytes(), call.stashed_bytes(True),
+                        call.recomputed_bytes(),
                         ", ".join(f"{e['name']} {e['kind']} {e['bytes']}B" for e in call.stash_report()))
         return outputs, call
 
@@ -97,6 +98,7 @@ class Graphs:
         self.check_finite = debug_options.check_finite
         level = debug_options.optimization_level
         self.opt_level = -1 if level is None else level
+        self.memory_optimization = _options.memory_optimization(debug_options)
         self.debug_options = debug_options
         self.input_names = exported.input_names
         self.output_names = exported.output_names
@@ -104,6 +106,8 @@ class Graphs:
         self._runs = {}
         self._inference = None
         self._buffer_owners = None  # (module, [(owner, buffer name, output index)], [BatchNorm modules])
+        # The custom autograd.Functions of the graph's PythonOp nodes run while these graphs live.
+        _python_op.register(exported.python_functions, self)
         self.proven = False  # ran once at full size: a failure now is the caller's, not the trace's
         mode = "train" if training else "eval"
         logger.info("onnxtrain: exported %s in %s mode in %.1f ms", name, mode, 1e3 * export_seconds)

@@ -7,7 +7,7 @@ import warnings
 
 import torch
 
-from . import _io, _symbolics
+from . import _checkpoint, _io, _python_op, _symbolics
 
 OPSET = 17
 _RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
@@ -86,32 +86,30 @@ class _FlatModule(torch.nn.Module):
         return tuple(flat)
 
 
-# autograd.Functions whose backward is the true derivative of their forward: tracing through them
-# and differentiating the traced forward gives their gradient. torch.utils.checkpoint's
-# recomputes a segment in backward and differentiates it with autograd, so it qualifies; torch
-# 1.13 cannot export it ("unordered_map::at"), so the trace calls the segment directly.
+# torch.utils.checkpoint's Function recomputes a segment in backward and differentiates it with
+# autograd, so the engine differentiates the segment itself (python/onnxtrain/_checkpoint.py);
+# every other Function becomes a PythonOp node whose backward is the user's (_python_op.py).
 _CHECKPOINT = "torch.utils.checkpoint.CheckpointFunction"
-TRACEABLE_FUNCTIONS = frozenset({_CHECKPOINT})
-
-
-def _qualified_name(cls):
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 @contextlib.contextmanager
-def _recorded_functions(applied):
-    """Records the class of every torch.autograd.Function applied while the trace runs: the
-    tracer inlines their forward, and differentiating that would silently ignore the user's
-    backward."""
+def _recorded_functions(functions):
+    """While the trace runs, every torch.autograd.Function.apply goes through here: the tracer
+    would inline the Function's forward, and differentiating that would silently ignore the
+    user's backward. Records each application in `functions` (function_key -> FunctionSpec)."""
     base = torch.autograd.Function
     had_own = "apply" in base.__dict__
     original = base.__dict__["apply"] if had_own else torch._C._FunctionBase.__dict__["apply"]
 
     def apply(cls, *args, **kwargs):
-        applied.append(cls)
-        if _qualified_name(cls) == _CHECKPOINT:  # (run_function, preserve_rng_state, *inputs)
-            return args[0](*args[2:])
-        return original.__get__(None, cls)(*args, **kwargs)
+        torch_apply = original.__get__(None, cls)
+        if kwargs or torch._C._get_tracing_state() is None or cls is _python_op.PythonOpNode:
+            # Off the trace (a Function applied inside another's forward while it is probed), or
+            # keyword arguments, which PyTorch refuses with its own error.
+            return torch_apply(*args, **kwargs)
+        if _python_op.qualified_name(cls) == _CHECKPOINT:  # (run_function, preserve_rng_state, *inputs)
+            return _checkpoint.traced_segment(args)
+        return _python_op.export_application(cls, args, torch_apply, functions)
 
     base.apply = classmethod(apply)
     try:
@@ -121,19 +119,6 @@ def _recorded_functions(applied):
             base.apply = original
         else:
             del base.apply
-
-
-def _refuse_custom_functions(module, applied):
-    refused = []
-    for cls in applied:
-        name = _qualified_name(cls)
-        if name not in TRACEABLE_FUNCTIONS and name not in refused:
-            refused.append(name)
-    if refused:
-        raise ExportError(
-            f"{type(module).__name__} applies the custom torch.autograd.Function {', '.join(refused)}: onnxtrain "
-            "would differentiate its traced forward instead of running its backward, so it does not run such "
-            "modules")
 
 
 @contextlib.contextmanager
@@ -170,8 +155,11 @@ class Exported:
     """An exported graph and how its inputs and outputs map to the module's."""
 
     def __init__(self, model_bytes, graph_inputs, output_schema, num_user_outputs, buffer_updates,
-                 trace_warnings=(), bakes_scalars=False, input_names=(), output_names=(), has_randomness=False):
+                 trace_warnings=(), bakes_scalars=False, input_names=(), output_names=(), has_randomness=False,
+                 python_functions=None):
         self.model_bytes = model_bytes
+        # function_key -> _python_op.FunctionSpec of every PythonOp node (custom autograd.Functions).
+        self.python_functions = dict(python_functions or {})
         # Names of the graph's inputs and outputs, and whether it draws random numbers (Dropout).
         self.input_names = list(input_names)
         self.output_names = list(output_names)
@@ -292,9 +280,9 @@ def _export_once(module, tensors, input_schema, training):
     # neither be fed nor follow the optimizer. The root's mode (`training`) keys the export.
     mode = torch.onnx.TrainingMode.PRESERVE
     error = None
-    applied = []
+    functions = {}
     with _preserved_state(module), _traced_as_in_training(module), _symbolics.registered(OPSET), \
-            _recorded_functions(applied), \
+            _recorded_functions(functions), _checkpoint.non_reentrant_segments(), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", torch.jit.TracerWarning)
         try:
@@ -305,7 +293,6 @@ def _export_once(module, tensors, input_schema, training):
         except Exception as e:  # noqa: BLE001 - every export failure is reported the same way
             # Keep only the text: a live exception from a failed torch 1.13 export breaks later exports.
             error = f"{type(e).__name__}: {e}"
-    _refuse_custom_functions(module, applied)
     if error is not None:
         raise ExportError(f"torch.onnx.export failed for {type(module).__name__}: {error}")
     if flat.output_schema is None:
@@ -336,4 +323,5 @@ def _export_once(module, tensors, input_schema, training):
     bakes_scalars = bool(scalars) and (any(user for _, user in trace_warnings) or any(i not in used for i in scalars))
     return Exported(model.SerializeToString(), graph_inputs, flat.output_schema, num_user_outputs, buffer_updates,
                     trace_warnings, bakes_scalars, [i.name for i in model.graph.input],
-                    [o.name for o in model.graph.output], any(n.op_type in _RANDOM_OPS for n in model.graph.node))
+                    [o.name for o in model.graph.output], any(n.op_type in _RANDOM_OPS for n in model.graph.node),
+                    functions)

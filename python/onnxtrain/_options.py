@@ -41,6 +41,12 @@ class DebugOptions:
     # Exported graphs an ORTModule keeps, one per input structure, dtypes and mode (and per value
     # of Python numbers that the trace turned into constants); the least recently used goes first.
     max_cached_graphs: int = 16
+    # What backward recomputes instead of keeping from the forward: "none", or "recompute" for
+    # cheap activations (elementwise ops, activation functions, normalization outputs whose
+    # inputs backward keeps anyway; never MatMul, Conv or Gemm), which trades a little time for
+    # the stash memory. None reads ONNXTRAIN_MEMORY_OPTIMIZATION (default "none").
+    # torch.utils.checkpoint segments are recomputed either way.
+    memory_optimization: str = None
 
     def __setattr__(self, name, value):
         check = _FIELD_CHECKS.get(name)
@@ -116,6 +122,32 @@ def _count(minimum, optional):
     return check
 
 
+MEMORY_OPTIMIZATIONS = ("none", "recompute")
+
+
+def _memory_optimization(name, value):
+    if value is None:
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"DebugOptions({name}=...) takes one of {', '.join(map(repr, MEMORY_OPTIMIZATIONS))} or None, "
+                        f"got {_describe(value)}")
+    if value not in MEMORY_OPTIMIZATIONS:
+        raise ValueError(f"DebugOptions({name}=...) takes one of {', '.join(map(repr, MEMORY_OPTIMIZATIONS))}, "
+                         f"got {value!r}")
+    return value
+
+
+def memory_optimization(options):
+    """The memory optimization in effect: the option, else ONNXTRAIN_MEMORY_OPTIMIZATION, else "none"."""
+    if options.memory_optimization is not None:
+        return options.memory_optimization
+    value = os.environ.get("ONNXTRAIN_MEMORY_OPTIMIZATION", "").strip().lower() or "none"
+    if value not in MEMORY_OPTIMIZATIONS:
+        raise ValueError(f"ONNXTRAIN_MEMORY_OPTIMIZATION takes one of {', '.join(map(repr, MEMORY_OPTIMIZATIONS))}, "
+                         f"got {value!r}")
+    return value
+
+
 _FIELD_CHECKS = {
     "log_level": _log_level,
     "save_onnx": _bool,
@@ -127,6 +159,7 @@ _FIELD_CHECKS = {
     "plan_cache_mb": _count(0, optional=True),
     "buffer_cache_mb": _count(0, optional=True),
     "max_cached_graphs": _count(1, optional=False),
+    "memory_optimization": _memory_optimization,
 }
 
 

@@ -11,7 +11,8 @@ GradBuilder::GradBuilder(GradientGraphBuilder& owner, const Node& node,
       node_(node),
       output_grads_(std::move(output_grads)),
       needs_input_grad_(std::move(needs_input_grad)),
-      input_grads_(node.inputs.size()) {}
+      input_grads_(node.inputs.size()),
+      no_input_grad_(node.inputs.size(), false) {}
 
 int GradBuilder::opset() const { return owner_.graph().opset(node_.domain); }
 
@@ -56,6 +57,16 @@ void GradBuilder::set_input_grad(int i, const std::string& grad) {
   OT_CHECK(needs_input_grad(i), node_.describe(), ": gradient rule set a gradient for input ", i,
            ", which does not need one");
   input_grads_[static_cast<size_t>(i)] = grad;
+}
+
+void GradBuilder::set_no_input_grad(int i) {
+  OT_CHECK(needs_input_grad(i), node_.describe(), ": gradient rule declared no gradient for input ", i,
+           ", which does not need one");
+  no_input_grad_[static_cast<size_t>(i)] = true;
+}
+
+bool GradBuilder::has_no_input_grad(int i) const {
+  return i >= 0 && i < static_cast<int>(no_input_grad_.size()) && no_input_grad_[static_cast<size_t>(i)];
 }
 
 std::string GradBuilder::op(const std::string& op_type, const std::vector<std::string>& inputs,

@@ -37,6 +37,10 @@ class GradBuilder {
 
   bool needs_input_grad(int i) const;
   void set_input_grad(int i, const std::string& grad);
+  // Input i receives no gradient from this node, as when a PyTorch Function's backward returns
+  // None for it: nothing is added to its sum, and a value reached by no other path keeps None.
+  void set_no_input_grad(int i);
+  bool has_no_input_grad(int i) const;
   const std::vector<std::string>& input_grads() const { return input_grads_; }
 
   // Emits a node; returns the name of its (first) output.
@@ -72,6 +76,7 @@ class GradBuilder {
   std::vector<std::string> output_grads_;
   std::vector<bool> needs_input_grad_;
   std::vector<std::string> input_grads_;
+  std::vector<bool> no_input_grad_;
 };
 
 }  // namespace onnxtrain

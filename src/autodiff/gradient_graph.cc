@@ -156,9 +156,16 @@ GradientGraph build_gradient_graph(const Graph& forward, const GradientSpec& spe
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (requires_grad.count(n.inputs[i]) && input_is_differentiable(g, n, i)) needs_grad[k][i] = any = true;
     }
+    if (registry.records_requires_grad(n.domain, n.op_type))
+      g.nodes[k].attrs["input_requires_grad"] =
+          Attribute::of_ints(std::vector<int64_t>(needs_grad[k].begin(), needs_grad[k].end()));
     if (!any) continue;
-    for (const auto& out : n.outputs)
-      if (!out.empty() && g.may_be_floating(out)) requires_grad.insert(out);
+    const OutputDifferentiability differentiable = registry.output_differentiability(n.domain, n.op_type);
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const std::string& out = n.outputs[o];
+      if (!out.empty() && g.may_be_floating(out) && (!differentiable || differentiable(n, o)))
+        requires_grad.insert(out);
+    }
   }
 
   refuse_gradients_that_would_end_silently(g, result.num_forward_nodes, requires_grad, spec.outputs_with_grad);
@@ -219,7 +226,7 @@ GradientGraph build_gradient_graph(const Graph& forward, const GradientSpec& spe
       OT_THROW("building the gradient of ", node.describe(), ": ", e.what());
     }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (!needs_grad[k][i]) continue;
+      if (!needs_grad[k][i] || gb.has_no_input_grad(static_cast<int>(i))) continue;
       const std::string& grad = gb.input_grads()[i];
       OT_CHECK(!grad.empty(), "the gradient rule of ", node.describe(), " produced no gradient for input ", i,
                " ('", node.inputs[i], "')");

@@ -90,11 +90,15 @@ Tensor tensor_from_capsule(py::capsule capsule, DType expected) {
 
 py::capsule capsule_from_tensor(const Tensor& t) {
   OT_CHECK(t.holder(), "internal error: a tensor in arena memory cannot leave the engine");
+  return borrowed_capsule_from_tensor(t);
+}
+
+py::capsule borrowed_capsule_from_tensor(const Tensor& t) {
   auto* ctx = new ExportContext{t, t.shape().to_vector(), {}};
   DLManagedTensor& m = ctx->managed;
   m.manager_ctx = ctx;
   m.deleter = delete_export;
-  m.dl_tensor.data = t.holder() ? const_cast<void*>(t.raw_data()) : nullptr;
+  m.dl_tensor.data = const_cast<void*>(t.raw_data());
   m.dl_tensor.device = {kDLCPU, 0};
   m.dl_tensor.ndim = t.rank();
   m.dl_tensor.dtype = dl_from_dtype(t.dtype());

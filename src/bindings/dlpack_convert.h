@@ -13,5 +13,9 @@ Tensor tensor_from_capsule(pybind11::capsule capsule, DType expected = DType::Un
 
 // A "dltensor" capsule sharing `t`'s memory; the capsule keeps it alive.
 pybind11::capsule capsule_from_tensor(const Tensor& t);
+// The same for a tensor that may live in an arena: the caller guarantees that the memory stays
+// valid for as long as the receiver keeps the tensor (PythonOp keeps its inputs alive until the
+// Function's backward has run).
+pybind11::capsule borrowed_capsule_from_tensor(const Tensor& t);
 
 }  // namespace onnxtrain

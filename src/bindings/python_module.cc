@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/dlpack_convert.h"
+#include "bindings/python_op_bridge.h"
 #include "core/buffer_cache.h"
 #include "core/logging.h"
 #include "onnx/model_io.h"
@@ -69,9 +70,10 @@ py::dict stash_entry_dict(const StashReportEntry& e) {
 class PyTrainingSession {
  public:
   PyTrainingSession(const py::bytes& model, std::vector<std::string> wrt, std::vector<std::string> outputs_with_grad,
-                    bool check_finite, int opt_level) {
+                    bool check_finite, int opt_level, std::string memory_optimization) {
     Graph g = load_model(std::string(model));
     TrainingSessionOptions opts{std::move(wrt), std::move(outputs_with_grad), check_finite, opt_level};
+    opts.memory_optimization = std::move(memory_optimization);
     py::gil_scoped_release nogil;
     session_ = std::make_unique<TrainingSession>(std::move(g), std::move(opts));
     const TrainingGraph& tg = session_->training_graph();
@@ -167,6 +169,8 @@ PYBIND11_MODULE(_C, m) {
     }
   });
 
+  install_python_function_bridge();
+
   m.def("set_log_level", [](int level) { set_log_level(static_cast<LogLevel>(level)); });
   m.def("set_log_sink", [](std::function<void(int, std::string)> fn) {
     if (!fn) {
@@ -236,12 +240,13 @@ PYBIND11_MODULE(_C, m) {
         return out;
       })
       .def("stashed_bytes", &ForwardCall::stashed_bytes, py::arg("include_inputs") = false)
+      .def("recomputed_bytes", &ForwardCall::recomputed_bytes)
       .def_property_readonly("backward_done", &ForwardCall::backward_done);
 
   py::class_<PyTrainingSession>(m, "TrainingSession")
-      .def(py::init<const py::bytes&, std::vector<std::string>, std::vector<std::string>, bool, int>(), py::arg("model"),
-           py::arg("wrt"), py::arg("outputs_with_grad") = std::vector<std::string>{}, py::arg("check_finite") = false,
-           py::arg("opt_level") = -1)
+      .def(py::init<const py::bytes&, std::vector<std::string>, std::vector<std::string>, bool, int, std::string>(),
+           py::arg("model"), py::arg("wrt"), py::arg("outputs_with_grad") = std::vector<std::string>{},
+           py::arg("check_finite") = false, py::arg("opt_level") = -1, py::arg("memory_optimization") = "")
       .def("forward", &PyTrainingSession::forward, py::arg("inputs"), py::arg("seed") = 0)
       .def("backward", &PyTrainingSession::backward, py::arg("call"), py::arg("grads"))
       .def("save_graphs", &PyTrainingSession::save_graphs)
@@ -266,6 +271,11 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("stashed", [](const PyTrainingSession& s) {
         py::list out;
         for (const auto& v : s.graph().stashed) out.append(py::make_tuple(v.value, stash_kind_name(v.kind)));
+        return out;
+      })
+      .def_property_readonly("recomputed", [](const PyTrainingSession& s) {
+        py::list out;
+        for (const auto& v : s.graph().recomputed) out.append(v.value);
         return out;
       });
 

@@ -4,12 +4,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace onnxtrain {
+#include "onnxtrain/error.h"
 
-class Error : public std::runtime_error {
- public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
-};
+namespace onnxtrain {
 
 // Raised when a graph needs an op (or a gradient of an op) that onnxtrain does not implement.
 // The Python front end maps it to its fallback policy.

@@ -41,6 +41,9 @@ struct Node {
   // Training graphs: the node was emitted by a gradient rule and runs after the yield point.
   // Passes keep it: they fuse forward nodes with forward nodes and backward with backward only.
   bool in_backward = false;
+  // Training graphs, forward nodes: backward recomputes this node's outputs instead of stashing
+  // them (a torch.utils.checkpoint segment; passes/recompute.cc).
+  bool recompute = false;
 
   bool has_input(size_t i) const { return i < inputs.size() && !inputs[i].empty(); }
   bool has_attr(const std::string& key) const { return attrs.count(key) != 0; }

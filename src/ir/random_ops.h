@@ -14,6 +14,12 @@ inline bool is_random_op(const Node& n) {
   return random.count(n.op_type) > 0;
 }
 
+// Ops whose results may differ between two runs on the same inputs: random draws, and user code
+// (a PyTorch autograd.Function, which may also count its calls or keep state).
+inline bool is_unrepeatable_op(const Node& n) {
+  return is_random_op(n) || (n.domain == kOnnxTrainDomain && n.op_type == "PythonOp");
+}
+
 // Whether any node of `g`, or of a body inside it, draws random numbers.
 inline bool draws_random_numbers(const Graph& g) {
   for (const Node& n : g.nodes) {

@@ -41,6 +41,9 @@ class KernelContext {
   // Output i is `value` itself: for sequence and optional values (Tensor::list), which own their
   // tensors and take no arena memory.
   void set_list_output(int i, Tensor value);
+  // Output i is `value`, a tensor owning its memory (its holder), taking no arena memory: for
+  // tensors made outside the engine (a PyTorch Function's outputs), adopted without a copy.
+  void adopt_output(int i, Tensor value);
   // Temporary memory valid until the kernel returns.
   void* scratch(size_t bytes);
 

@@ -52,6 +52,27 @@ bool OpRegistry::is_not_differentiable(const std::string& domain, const std::str
   return not_differentiable_.count(key(domain, op_type)) > 0;
 }
 
+bool OpRegistry::add_output_differentiability(const std::string& domain, const std::string& op_type,
+                                              OutputDifferentiability predicate) {
+  output_differentiability_[key(domain, op_type)] = predicate;
+  return true;
+}
+
+OutputDifferentiability OpRegistry::output_differentiability(const std::string& domain,
+                                                             const std::string& op_type) const {
+  auto it = output_differentiability_.find(key(domain, op_type));
+  return it == output_differentiability_.end() ? nullptr : it->second;
+}
+
+bool OpRegistry::add_records_requires_grad(const std::string& domain, const std::string& op_type) {
+  records_requires_grad_[key(domain, op_type)] = true;
+  return true;
+}
+
+bool OpRegistry::records_requires_grad(const std::string& domain, const std::string& op_type) const {
+  return records_requires_grad_.count(key(domain, op_type)) > 0;
+}
+
 bool OpRegistry::add_gradient_refused(const std::string& domain, const std::string& op_type, const std::string& why) {
   gradient_refused_[key(domain, op_type)] = why;
   return true;

@@ -12,6 +12,9 @@ namespace onnxtrain {
 
 class GradBuilder;
 using GradientRule = void (*)(GradBuilder&);
+// Whether output `index` of `node` carries gradient, for ops that decide per node (PythonOp: the
+// user's Function marked some outputs non-differentiable).
+using OutputDifferentiability = bool (*)(const Node& node, size_t index);
 
 class OpRegistry {
  public:
@@ -36,6 +39,14 @@ class OpRegistry {
   bool add_gradient_refused(const std::string& domain, const std::string& op_type, const std::string& why);
   const std::string* gradient_refused(const std::string& domain, const std::string& op_type) const;
 
+  bool add_output_differentiability(const std::string& domain, const std::string& op_type,
+                                    OutputDifferentiability predicate);
+  OutputDifferentiability output_differentiability(const std::string& domain, const std::string& op_type) const;
+  // Ops whose kernel must know which inputs require grad (PythonOp, for ctx.needs_input_grad):
+  // autodiff writes that into the node as the ints attribute "input_requires_grad".
+  bool add_records_requires_grad(const std::string& domain, const std::string& op_type);
+  bool records_requires_grad(const std::string& domain, const std::string& op_type) const;
+
   const KernelFactory* kernel(const std::string& domain, const std::string& op_type) const;
   GradientRule gradient(const std::string& domain, const std::string& op_type) const;
 
@@ -51,6 +62,8 @@ class OpRegistry {
   std::unordered_map<std::string, bool> differentiable_inputs_;
   std::unordered_map<std::string, bool> not_differentiable_;
   std::unordered_map<std::string, std::string> gradient_refused_;
+  std::unordered_map<std::string, OutputDifferentiability> output_differentiability_;
+  std::unordered_map<std::string, bool> records_requires_grad_;
 };
 
 template <typename K>
@@ -91,6 +104,16 @@ inline KernelFactory kernel_factory(FunctionKernel::Fn fn) {
 #define ONNXTRAIN_GRADIENT_REFUSED(domain, op_type, why)                          \
   static const bool OT_CONCAT(ot_gradient_refused_registered_, __COUNTER__) =    \
       ::onnxtrain::OpRegistry::instance().add_gradient_refused(domain, op_type, why)
+
+// ONNXTRAIN_OUTPUT_DIFFERENTIABILITY(domain, op, predicate): see OutputDifferentiability.
+#define ONNXTRAIN_OUTPUT_DIFFERENTIABILITY(domain, op_type, predicate)                  \
+  static const bool OT_CONCAT(ot_output_differentiability_registered_, __COUNTER__) = \
+      ::onnxtrain::OpRegistry::instance().add_output_differentiability(domain, op_type, predicate)
+
+// ONNXTRAIN_RECORDS_REQUIRES_GRAD(domain, op): autodiff annotates its nodes' inputs.
+#define ONNXTRAIN_RECORDS_REQUIRES_GRAD(domain, op_type)                          \
+  static const bool OT_CONCAT(ot_records_requires_grad_registered_, __COUNTER__) = \
+      ::onnxtrain::OpRegistry::instance().add_records_requires_grad(domain, op_type)
 
 // ONNXTRAIN_GRADIENT("", "Relu", relu_gradient): the rule emits the backward nodes.
 #define ONNXTRAIN_GRADIENT(domain, op_type, rule)                                \

@@ -12,7 +12,7 @@ namespace {
 // Everything that decides a node's result besides its inputs' values; empty when the node must
 // not be merged (random, or with subgraphs).
 std::string fingerprint(const Node& n) {
-  if (is_random_op(n)) return "";
+  if (is_unrepeatable_op(n)) return "";
   std::ostringstream os;
   os << n.domain << '\x1f' << n.op_type << '\x1f' << n.in_backward << '\x1f' << n.outputs.size();
   for (const auto& in : n.inputs) os << '\x1f' << in;

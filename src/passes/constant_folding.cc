@@ -12,7 +12,7 @@ namespace {
 constexpr int64_t kMaxFoldedElements = 1 << 16;
 
 bool foldable_op(const Node& n) {
-  if (is_random_op(n)) return false;
+  if (is_unrepeatable_op(n)) return false;
   for (const auto& kv : n.attrs)
     if (kv.second.kind == Attribute::Kind::Graph) return false;
   return true;

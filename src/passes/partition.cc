@@ -57,11 +57,13 @@ const char* stash_kind_name(StashedValue::Kind kind) {
     case StashedValue::Kind::Input: return "input";
     case StashedValue::Kind::ForwardOutput: return "forward_output";
     case StashedValue::Kind::Activation: return "activation";
+    case StashedValue::Kind::Recomputed: return "recomputed";
   }
   return "?";
 }
 
-TrainingGraph partition_training_graph(GradientGraph gg, const std::vector<std::string>& wrt) {
+TrainingGraph partition_training_graph(GradientGraph gg, const std::vector<std::string>& wrt,
+                                       const std::vector<std::string>& recomputed) {
   TrainingGraph tg;
   Graph& g = gg.joint;
   std::unordered_set<std::string> grad_inputs(gg.output_grad_inputs.begin(), gg.output_grad_inputs.end());
@@ -129,6 +131,19 @@ TrainingGraph partition_training_graph(GradientGraph gg, const std::vector<std::
   for (size_t k = tg.yield_index; k < g.nodes.size(); ++k)
     for (const auto& v : g.nodes[k].inputs) consider(v);
   for (const auto& v : gg.wrt_grads) consider(v);
+  // A recomputed value still produced by a forward node and not stashed after all (the report
+  // names what recompute saved; fusion may have removed the value, a later reader kept it).
+  std::unordered_set<std::string> forward_produced;
+  for (size_t k = 0; k < tg.yield_index; ++k)
+    for (const auto& v : g.nodes[k].outputs) forward_produced.insert(v);
+  for (const auto& v : recomputed) {
+    if (seen.count(v) || !forward_produced.count(v)) continue;
+    StashedValue s;
+    s.value = v;
+    s.kind = StashedValue::Kind::Recomputed;
+    if (const ValueInfo* vi = g.info(v)) s.info = *vi;
+    tg.recomputed.push_back(std::move(s));
+  }
 
   tg.differentiable_outputs = gg.differentiable_outputs;
   tg.differentiable_output_positions = gg.differentiable_output_positions;

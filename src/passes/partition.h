@@ -14,6 +14,7 @@ struct StashedValue {
     Input,          // a forward graph input (parameter or user input), held zero-copy
     ForwardOutput,  // also returned to the caller; the caller must not modify it before backward
     Activation,     // an intermediate the caller never sees
+    Recomputed,     // not kept: backward recomputes it (TrainingGraph::recomputed, for reports)
   };
   std::string value;
   Kind kind;
@@ -34,6 +35,9 @@ struct TrainingGraph {
   std::vector<std::string> wrt_grads;  // parallel to wrt; "" when no gradient reaches it
   std::vector<std::vector<int>> wrt_output_dependencies;  // parallel to wrt: see GradientGraph
   std::vector<StashedValue> stashed;
+  // Forward values that backward recomputes instead of reading from the stash (passes/recompute.cc),
+  // of kind Recomputed; those that later passes fused away are absent.
+  std::vector<StashedValue> recomputed;
 
   Graph forward_graph() const;   // forward part alone: outputs plus stash
   Graph backward_graph() const;  // backward part alone: stash and output grads in, gradients out
@@ -42,6 +46,8 @@ struct TrainingGraph {
 // Orders the joint graph into forward and backward parts, removes nodes that nothing needs,
 // and derives the stash. Shape and Size of forward values move into the forward part so that
 // backward keeps a few int64 values instead of whole activations.
-TrainingGraph partition_training_graph(GradientGraph gradient_graph, const std::vector<std::string>& wrt);
+// `recomputed` names the forward values that backward recomputes (passes/recompute.cc).
+TrainingGraph partition_training_graph(GradientGraph gradient_graph, const std::vector<std::string>& wrt,
+                                       const std::vector<std::string>& recomputed = {});
 
 }  // namespace onnxtrain

@@ -41,4 +41,16 @@ bool fuse_matmul_bias(Graph& graph);
 // computed instead of recomputing it from the scores.
 bool share_softmax_statistics(Graph& graph);
 
+// checkpoint_segments.cc: at load, before anything else: the ai.onnxtrain::CheckpointBegin and
+// CheckpointEnd markers around torch.utils.checkpoint segments become Node::recompute flags on
+// the segments' nodes, and the markers are removed.
+bool mark_checkpoint_segments(Graph& graph);
+
+// recompute.cc: after autodiff, on the joint graph, whatever the optimization level: backward
+// recomputes the activations of checkpointed segments (Node::recompute) and, with
+// `cheap_activations`, those of elementwise ops, activations and normalizations whose inputs it
+// keeps anyway, instead of reading them from the stash. Random draws are never redrawn (a
+// Dropout is recomputed from its mask). Returns the forward values the stash no longer holds.
+std::vector<std::string> recompute_activations(Graph& joint, bool cheap_activations);
+
 }  // namespace onnxtrain

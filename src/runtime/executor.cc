@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/buffer_cache.h"
@@ -70,6 +71,13 @@ void KernelContext::set_list_output(int i, Tensor value) {
   state_.values[static_cast<size_t>(node_.outputs[static_cast<size_t>(i)])] = std::move(value);
 }
 
+void KernelContext::adopt_output(int i, Tensor value) {
+  OT_CHECK(i >= 0 && i < num_outputs(), "kernel wrote output ", i, " of ", num_outputs());
+  OT_CHECK(value.holder() || value.is_list(), node_.node->describe(), ": output ", i,
+           " must own its memory to be adopted");
+  state_.values[static_cast<size_t>(node_.outputs[static_cast<size_t>(i)])] = std::move(value);
+}
+
 void KernelContext::alias_input(int out_index, int in_index, const TensorShape& shape) {
   const Tensor& src = input(in_index);
   if (src.is_list()) {  // Identity of a sequence: the list is immutable, so share it
@@ -113,6 +121,12 @@ uint64_t KernelContext::random_seed() const {
 // ---- execution ----
 
 namespace {
+
+void note_released(RunState& state, int id, const Tensor& value) {
+  auto it = std::lower_bound(state.noted_ids.begin(), state.noted_ids.end(), id);
+  if (it == state.noted_ids.end() || *it != id || !value.defined()) return;
+  state.noted[static_cast<size_t>(it - state.noted_ids.begin())] = {value.dtype(), value.shape()};
+}
 
 std::string describe_inputs(const RunState& state, const CompiledNode& cn) {
   std::string out;
@@ -185,7 +199,11 @@ void execute(RunState& state, size_t begin, size_t end, const char* phase) {
                cn.node->describe(), " did not produce its output '", cn.node->outputs[o], "'");
     }
     if (state.options.check_finite) check_outputs_finite(state, cn);
-    for (int id : state.program.release_after(k)) state.values[static_cast<size_t>(id)] = Tensor();
+    for (int id : state.program.release_after(k)) {
+      Tensor& value = state.values[static_cast<size_t>(id)];
+      if (!state.noted_ids.empty()) note_released(state, id, value);
+      value = Tensor();
+    }
   }
 }
 

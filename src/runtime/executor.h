@@ -3,6 +3,7 @@
 // plan exists, or from the heap while recording the sizes that make the plan.
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "passes/memory_plan.h"
@@ -30,6 +31,11 @@ struct RunState {
   AllocationRecord* record = nullptr;
   std::vector<std::shared_ptr<void>> node_scratch;  // heap scratch of the running node
   int64_t unplanned_allocations = 0;                 // planned runs that had to fall back to the heap
+  // Values whose dtype and shape are noted as they are released (empty: none), for reports on
+  // activations that backward recomputes instead of keeping. Parallel: sorted ids, and what was
+  // noted (DType::Undefined until the value is released).
+  std::vector<int> noted_ids;
+  std::vector<std::pair<DType, TensorShape>> noted;
 };
 
 // Runs nodes [begin, end). Values become dead after their last reader and are released.

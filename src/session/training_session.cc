@@ -1,5 +1,7 @@
 #include "session/training_session.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "onnx/function_expansion.h"
@@ -7,6 +9,8 @@
 #include "onnx/sequence_lowering.h"
 #include "onnx/shape_inference.h"
 #include "onnx/subgraph_closure.h"
+#include "ops/training/gradient_op.h"
+#include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "runtime/thread_pool.h"
 #include "session/input_check.h"
@@ -46,6 +50,17 @@ void take_outputs(RunState& state, const std::vector<int>& ids, const std::vecto
 
 }  // namespace
 
+bool recompute_cheap_activations(const std::string& memory_optimization) {
+  std::string value = memory_optimization, source = "memory_optimization";
+  if (value.empty()) {
+    const char* env = std::getenv("ONNXTRAIN_MEMORY_OPTIMIZATION");
+    value = env && *env ? env : "none";
+    source = "ONNXTRAIN_MEMORY_OPTIMIZATION";
+  }
+  OT_CHECK(value == "none" || value == "recompute", source, " must be 'none' or 'recompute', got '", value, "'");
+  return value == "recompute";
+}
+
 std::vector<StashReportEntry> ForwardCall::stash_report() const {
   std::vector<StashReportEntry> out;
   for (size_t i = 0; i < stash_ids_.size(); ++i) {
@@ -53,12 +68,23 @@ std::vector<StashReportEntry> ForwardCall::stash_report() const {
     StashReportEntry e;
     e.name = s.value;
     e.kind = stash_kind_name(s.kind);
-    const Tensor& t = run_->state().values[static_cast<size_t>(stash_ids_[i])];
+    // After backward the stash is freed: the entry then names the value only.
+    const Tensor empty;
+    const Tensor& t = run_ ? run_->state().values[static_cast<size_t>(stash_ids_[i])] : empty;
     if (t.defined()) {
       e.dtype = t.dtype();
       e.shape = t.shape();
       e.bytes = static_cast<int64_t>(t.nbytes());
     }
+    out.push_back(e);
+  }
+  for (size_t i = 0; i < recomputed_.size(); ++i) {
+    StashReportEntry e;
+    e.name = graph_->recomputed[i].value;
+    e.kind = stash_kind_name(StashedValue::Kind::Recomputed);
+    e.dtype = recomputed_[i].first;
+    e.shape = recomputed_[i].second;
+    if (e.dtype != DType::Undefined) e.bytes = e.shape.numel() * static_cast<int64_t>(dtype_size(e.dtype));
     out.push_back(e);
   }
   return out;
@@ -67,13 +93,23 @@ std::vector<StashReportEntry> ForwardCall::stash_report() const {
 int64_t ForwardCall::stashed_bytes(bool include_inputs) const {
   int64_t total = 0;
   for (const auto& e : stash_report())
-    if (include_inputs || e.kind != "input") total += e.bytes;
+    if ((include_inputs || e.kind != "input") && e.kind != "recomputed") total += e.bytes;
+  return total;
+}
+
+int64_t ForwardCall::recomputed_bytes() const {
+  int64_t total = 0;
+  for (const auto& e : stash_report())
+    if (e.kind == "recomputed") total += e.bytes;
   return total;
 }
 
 TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions options) {
+  const bool recompute_cheap = recompute_cheap_activations(options.memory_optimization);
   expand_functions(forward_graph);  // graphs built in code, not loaded: the loader expands those
   close_subgraphs(forward_graph);    // likewise
+  mark_checkpoint_segments(forward_graph);
+  expand_gradient_ops(forward_graph);  // ONNX's Gradient nodes become ordinary backward nodes
   check_kernels_exist(forward_graph);  // a missing kernel is the more basic gap than a missing rule
   infer_shapes(forward_graph);
   if (lower_sequences(forward_graph) > 0) infer_shapes(forward_graph);
@@ -87,8 +123,11 @@ TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions opt
   optimize_before_autodiff(forward_graph, options.opt_level);
   prepare_for_autodiff(forward_graph, options.opt_level);
   GradientGraph gradients = build_gradient_graph(forward_graph, spec);
+  // Not an optimization: checkpointing and memory_optimization are the user's choice of memory
+  // over time, so they hold at every level. Before the fusions, which then fuse the copies too.
+  const std::vector<std::string> recomputed = recompute_activations(gradients.joint, recompute_cheap);
   optimize_after_autodiff(gradients.joint, options.opt_level);
-  graph_ = std::make_shared<const TrainingGraph>(partition_training_graph(std::move(gradients), spec.wrt));
+  graph_ = std::make_shared<const TrainingGraph>(partition_training_graph(std::move(gradients), spec.wrt, recomputed));
   const TrainingGraph& tg = *graph_;
   runner_ = std::make_shared<PlannedRunner>(tg.graph, tg.forward_outputs, ThreadPool::global());
   runner_->options.check_finite = options.check_finite;
@@ -98,6 +137,13 @@ TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions opt
   grad_input_ids_ = ids_of(p, tg.output_grad_inputs);
   wrt_grad_ids_ = ids_of(p, tg.wrt_grads);
   for (const auto& s : tg.stashed) stash_.emplace_back(p.value_id(s.value), s.kind);
+  std::vector<std::pair<int, size_t>> recomputed_ids;
+  for (size_t i = 0; i < tg.recomputed.size(); ++i) recomputed_ids.emplace_back(p.value_id(tg.recomputed[i].value), i);
+  std::sort(recomputed_ids.begin(), recomputed_ids.end());
+  for (const auto& [id, i] : recomputed_ids) {
+    recomputed_ids_.push_back(id);
+    recomputed_at_.push_back(i);
+  }
 }
 
 std::shared_ptr<ForwardCall> TrainingSession::forward(const std::vector<Tensor>& inputs, uint64_t seed,
@@ -109,9 +155,18 @@ std::shared_ptr<ForwardCall> TrainingSession::forward(const std::vector<Tensor>&
   call->run_ = std::make_unique<Run>(runner_, shape_signature(inputs), seed);
   RunState& state = call->run_->state();
   for (size_t i = 0; i < inputs.size(); ++i) state.values[static_cast<size_t>(forward_input_ids_[i])] = inputs[i];
+  if (!recomputed_ids_.empty()) {  // their shapes, for the report, as the forward releases them
+    state.noted_ids = recomputed_ids_;
+    state.noted.assign(recomputed_ids_.size(), {DType::Undefined, TensorShape()});
+  }
   {
     FlushDenormalScope ftz;
     execute(state, 0, tg.yield_index, "forward");
+  }
+  if (!recomputed_ids_.empty()) {
+    call->recomputed_.resize(recomputed_ids_.size());
+    for (size_t j = 0; j < recomputed_ids_.size(); ++j) call->recomputed_[recomputed_at_[j]] = state.noted[j];
+    state.noted_ids.clear();
   }
   std::vector<bool> keep(forward_output_ids_.size(), false);
   for (const auto& s : stash_)
@@ -169,6 +224,8 @@ void TrainingSession::save_graphs(const std::string& prefix) const {
 InferenceSession::InferenceSession(Graph graph, bool check_finite, int opt_level) {
   expand_functions(graph);
   close_subgraphs(graph);
+  mark_checkpoint_segments(graph);  // without backward, the markers are all there is to it
+  expand_gradient_ops(graph);
   infer_shapes(graph);
   if (lower_sequences(graph) > 0) infer_shapes(graph);
   optimize_before_autodiff(graph, opt_level);

@@ -15,11 +15,19 @@ struct TrainingSessionOptions {
   std::vector<std::string> outputs_with_grad;  // empty: every floating-point output
   bool check_finite = false;
   int opt_level = -1;  // graph optimizer level (passes/pipeline.h); -1: ONNXTRAIN_OPT_LEVEL, default 1
+  // "none", or "recompute": backward recomputes cheap activations (elementwise ops, activation
+  // functions, normalizations) instead of stashing them (passes/recompute.cc). Empty:
+  // ONNXTRAIN_MEMORY_OPTIMIZATION, default "none". Checkpointed segments recompute either way.
+  std::string memory_optimization;
 };
+
+// The memory_optimization option resolved against ONNXTRAIN_MEMORY_OPTIMIZATION; true for
+// "recompute". Throws naming the option on any other value than "none" or "recompute".
+bool recompute_cheap_activations(const std::string& memory_optimization);
 
 struct StashReportEntry {
   std::string name;
-  std::string kind;  // input, forward_output, activation
+  std::string kind;  // input, forward_output, activation; recomputed: not kept, backward recomputes it
   DType dtype = DType::Undefined;
   TensorShape shape;
   int64_t bytes = 0;
@@ -31,6 +39,9 @@ class ForwardCall {
   std::vector<StashReportEntry> stash_report() const;
   // Bytes the call keeps for backward; inputs are shared with the caller, so excluded by default.
   int64_t stashed_bytes(bool include_inputs = false) const;
+  // Bytes the stash would hold on top of stashed_bytes() if backward did not recompute the
+  // activations of kind "recomputed".
+  int64_t recomputed_bytes() const;
   bool backward_done() const { return backward_done_; }
 
  private:
@@ -38,6 +49,7 @@ class ForwardCall {
   std::shared_ptr<const TrainingGraph> graph_;  // shared: the call may outlive its session
   std::unique_ptr<Run> run_;
   std::vector<int> stash_ids_;
+  std::vector<std::pair<DType, TensorShape>> recomputed_;  // parallel to graph_->recomputed
   std::vector<DType> output_dtypes_;
   std::vector<TensorShape> output_shapes_;  // of differentiable outputs, for zero gradients
   bool backward_done_ = false;
@@ -66,6 +78,8 @@ class TrainingSession {
   std::shared_ptr<PlannedRunner> runner_;
   std::vector<int> forward_input_ids_, forward_output_ids_, grad_input_ids_, wrt_grad_ids_;
   std::vector<std::pair<int, StashedValue::Kind>> stash_;
+  std::vector<int> recomputed_ids_;    // of graph_->recomputed, sorted
+  std::vector<size_t> recomputed_at_;  // parallel to recomputed_ids_: index into graph_->recomputed
 };
 
 class InferenceSession {

@@ -40,3 +40,16 @@ def test_bench_check_fails_when_a_target_is_missed(tmp_path):
     assert bench.misses([row]) == []  # losses noisier than eager's, but within its float32 drift
     row["loss_diff_ours"] = 1e-2
     assert any("mlp_small: losses 1.0e-02 from float64" in m for m in bench.misses([row]))
+
+
+def test_the_memory_tradeoff_report_runs_and_recompute_stashes_less(tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "memory_optimization.py"), "--model", "transformer", "--pairs",
+           "1", "--warmup", "1", "--steps", "1", "--threads-list", "1", "--out", str(tmp_path)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (pair,) = json.loads((tmp_path / "report.json").read_text())["results"]["1"]
+    assert pair["recompute"]["stashed_bytes"] < pair["none"]["stashed_bytes"]
+    assert pair["recompute"]["recomputed_bytes"] > 0 and pair["none"]["recomputed_bytes"] == 0
+    assert "| 1 | recompute |" in (tmp_path / "report.md").read_text()

@@ -318,6 +318,8 @@ BAD_OPTIONS = [
     ({"max_cached_graphs": 0}, ValueError, "max_cached_graphs"),
     ({"max_cached_graphs": 2.0}, TypeError, "max_cached_graphs"),
     ({"max_cached_graphs": None}, TypeError, "max_cached_graphs"),
+    ({"memory_optimization": "fast"}, ValueError, "memory_optimization"),
+    ({"memory_optimization": 1}, TypeError, "memory_optimization"),
 ]
 
 

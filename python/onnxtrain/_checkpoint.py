@@ -1,0 +1,97 @@
+"""torch.utils.checkpoint during export: how a checkpointed segment enters the graph.
+
+The segment is traced inline, its tensor inputs and outputs passed through boundary markers
+(ai.onnxtrain::CheckpointBegin and CheckpointEnd, one node each per segment). The engine removes
+the markers before anything else and flags the nodes between them; after differentiation it
+recomputes in backward the segment values backward reads, from the segment's inputs, so that the
+stash holds those inputs instead of the segment's activations (src/passes/checkpoint_segments.cc,
+src/passes/recompute.cc). A Dropout inside is recomputed from the mask its forward drew, so the
+recompute sees the same mask, as torch's preserve_rng_state gives eager.
+"""
+import contextlib
+import itertools
+
+import torch
+import torch.utils.checkpoint
+
+DOMAIN = "ai.onnxtrain"
+_segment_ids = itertools.count()
+
+
+class _Boundary(torch.autograd.Function):
+    """Passes tensors through unchanged; exports as the marker op named by `_op`."""
+
+    _op = None
+
+    @staticmethod
+    def forward(ctx, segment, *tensors):
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) + grads
+
+
+def _boundary_symbolic(op):
+    def symbolic(g, segment, *tensors):
+        outputs = g.op(f"{DOMAIN}::{op}", *tensors, segment_i=segment, outputs=len(tensors))
+        outputs = (outputs,) if len(tensors) == 1 else outputs
+        for out, t in zip(outputs, tensors):
+            out.setType(t.type())
+        return outputs if len(tensors) > 1 else outputs[0]
+
+    return staticmethod(symbolic)
+
+
+class _Begin(_Boundary):
+    symbolic = _boundary_symbolic("CheckpointBegin")
+
+
+class _End(_Boundary):
+    symbolic = _boundary_symbolic("CheckpointEnd")
+
+
+# Applied without going through torch.autograd.Function.apply, which the export replaces while it
+# traces (to record the user's Functions): the markers are ours, not the user's.
+_apply = torch._C._FunctionBase.__dict__["apply"]
+
+
+def _through(marker, segment, values):
+    """`values` with its tensors passed through `marker`; other items unchanged."""
+    positions = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    if not positions:
+        return list(values)
+    passed = _apply.__get__(None, marker)(segment, *(values[i] for i in positions))
+    out = list(values)
+    for i, t in zip(positions, passed):
+        out[i] = t
+    return out
+
+
+def traced_segment(args, kwargs=None):
+    """Called by the export's Function.apply hook for CheckpointFunction.apply(run_function,
+    preserve_rng_state, *inputs): traces the segment between boundary markers."""
+    run_function, inputs = args[0], args[2:]
+    segment = next(_segment_ids)
+    outputs = run_function(*_through(_Begin, segment, inputs), **(kwargs or {}))
+    if isinstance(outputs, torch.Tensor):
+        return _through(_End, segment, [outputs])[0]
+    if isinstance(outputs, (tuple, list)) and type(outputs) in (tuple, list):
+        return type(outputs)(_through(_End, segment, list(outputs)))
+    return outputs  # another structure: traced unmarked, its values stashed as without checkpoint
+
+
+@contextlib.contextmanager
+def non_reentrant_segments():
+    """While the export traces: checkpoint(..., use_reentrant=False), which applies no Function,
+    goes through traced_segment too."""
+    original = torch.utils.checkpoint._checkpoint_without_reentrant
+
+    def marked(function, preserve_rng_state=True, *args, **kwargs):
+        return traced_segment((function, preserve_rng_state) + args, kwargs)
+
+    torch.utils.checkpoint._checkpoint_without_reentrant = marked
+    try:
+        yield
+    finally:
+        torch.utils.checkpoint._checkpoint_without_reentrant = original
