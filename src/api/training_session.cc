@@ -71,8 +71,20 @@ struct TrainingSession::Impl {
   }
 
   void check_batch(const Tensor& x, const Tensor& y) const;
+  // x and y as tensors, checked against the models' inputs.
+  std::pair<Tensor, Tensor> batch(const Array& x, const Array& y) const;
   void check_checkpoint(const api::Checkpoint& c, const std::string& path) const;
 };
+
+std::pair<Tensor, Tensor> TrainingSession::Impl::batch(const Array& x, const Array& y) const {
+  const Tensor xt = api::to_tensor(x, "x");
+  Tensor yt;
+  if (y_name.empty()) OT_CHECK(absent(y), "the model takes no target, so y must be an empty Array, got ",
+                               api::shape_string(y.shape));
+  else yt = api::to_tensor(y, "y");
+  check_batch(xt, yt);
+  return {xt, yt};
+}
 
 void TrainingSession::Impl::check_batch(const Tensor& x, const Tensor& y) const {
   OT_CHECK(fits(x_info, x), "x does not fit the model's input '", x_name, "': expected ", declared(x_info), ", got ",
@@ -198,12 +210,7 @@ int64_t TrainingSession::step_count() const { return impl_->state.step; }
 
 float TrainingSession::train_step(const Array& x, const Array& y) {
   Impl& s = *impl_;
-  const Tensor xt = api::to_tensor(x, "x");
-  Tensor yt;
-  if (s.y_name.empty()) OT_CHECK(absent(y), "the model takes no target, so y must be an empty Array, got ",
-                                 api::shape_string(y.shape));
-  else yt = api::to_tensor(y, "y");
-  s.check_batch(xt, yt);
+  const auto [xt, yt] = s.batch(x, y);
   // The step count seeds the run: random ops (dropout) draw the same values after a resume.
   const uint64_t seed = static_cast<uint64_t>(s.state.step);
   const std::vector<Tensor> out = s.training->run(s.feed(s.training_inputs, xt, yt), seed);
@@ -222,12 +229,7 @@ float TrainingSession::train_step(const Array& x, const Array& y) {
 
 EvalResult TrainingSession::evaluate(const Array& x, const Array& y) {
   Impl& s = *impl_;
-  const Tensor xt = api::to_tensor(x, "x");
-  Tensor yt;
-  if (s.y_name.empty()) OT_CHECK(absent(y), "the model takes no target, so y must be an empty Array, got ",
-                                 api::shape_string(y.shape));
-  else yt = api::to_tensor(y, "y");
-  s.check_batch(xt, yt);
+  const auto [xt, yt] = s.batch(x, y);
   const std::vector<Tensor> out = s.eval->run(s.feed(s.eval_inputs, xt, yt), static_cast<uint64_t>(s.state.step));
   EvalResult r;
   r.loss = out[0].item_as_double();
