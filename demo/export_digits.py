@@ -8,18 +8,8 @@ import sys
 import numpy as np
 import torch
 import torch.nn as nn
-from sklearn.datasets import load_digits
 
-
-def load_data(seed):
-    """train_digits.load_data's split (that module imports onnxtrain's Python package; this part needs none)."""
-    digits = load_digits()
-    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(digits.target, dtype=torch.int64)
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
-    x, y = x[order], y[order]
-    split = int(0.8 * len(x))
-    return (x[:split], y[:split]), (x[split:], y[split:])
+from digits_data import load_data
 
 
 def main():

@@ -11,20 +11,10 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from sklearn.datasets import load_digits
 from tqdm import tqdm
 
 import onnxtrain
-
-
-def load_data(seed):
-    digits = load_digits()
-    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(digits.target, dtype=torch.int64)
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
-    x, y = x[order], y[order]
-    split = int(0.8 * len(x))
-    return (x[:split], y[:split]), (x[split:], y[split:])
+from digits_data import load_data
 
 
 def accuracy(model, x, y):
