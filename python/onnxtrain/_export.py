@@ -93,10 +93,11 @@ _CHECKPOINT = "torch.utils.checkpoint.CheckpointFunction"
 
 
 @contextlib.contextmanager
-def _recorded_functions(functions):
+def _recorded_functions(functions, caller_storages):
     """While the trace runs, every torch.autograd.Function.apply goes through here: the tracer
     would inline the Function's forward, and differentiating that would silently ignore the
-    user's backward. Records each application in `functions` (function_key -> FunctionSpec)."""
+    user's backward. Records each application in `functions` (function_key -> FunctionSpec).
+    `caller_storages`: storage addresses of the module's inputs, parameters and buffers."""
     base = torch.autograd.Function
     had_own = "apply" in base.__dict__
     original = base.__dict__["apply"] if had_own else torch._C._FunctionBase.__dict__["apply"]
@@ -109,7 +110,7 @@ def _recorded_functions(functions):
             return torch_apply(*args, **kwargs)
         if _python_op.qualified_name(cls) == _CHECKPOINT:  # (run_function, preserve_rng_state, *inputs)
             return _checkpoint.traced_segment(args)
-        return _python_op.export_application(cls, args, torch_apply, functions)
+        return _python_op.export_application(cls, args, torch_apply, functions, caller_storages)
 
     base.apply = classmethod(apply)
     try:
@@ -282,7 +283,9 @@ def _export_once(module, tensors, input_schema, training):
     error = None
     functions = {}
     with _preserved_state(module), _traced_as_in_training(module), _symbolics.registered(OPSET), \
-            _recorded_functions(functions), _checkpoint.non_reentrant_segments(), \
+            _recorded_functions(functions, _python_op.storages(list(tensors) + list(module.parameters()) +
+                                                               list(module.buffers()))), \
+            _checkpoint.non_reentrant_segments(), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", torch.jit.TracerWarning)
         try:

@@ -92,10 +92,16 @@ class PythonOpNode(torch.autograd.Function):
         return g.op("ai.onnxtrain::PythonOp", *tensors, outputs=len(output_dtypes) + 1, **attrs)
 
 
-def export_application(cls, args, apply, functions):
+def storages(tensors):
+    """The storage addresses of `tensors`, to recognize views of them."""
+    return {t.storage().data_ptr() for t in tensors if t.numel() > 0}
+
+
+def export_application(cls, args, apply, functions, caller_storages=frozenset()):
     """Called for cls.apply(*args) while the module is traced: runs the Function once off the
     trace, records it in `functions` (key -> FunctionSpec) and puts one PythonOp in the trace.
-    `apply` is PyTorch's own Function.apply."""
+    `apply` is PyTorch's own Function.apply; `caller_storages` (see storages()) are the module's
+    inputs, parameters and buffers, which an in-place Function may not modify."""
     name = qualified_name(cls)
     template, tensors = [], []
     for position, a in enumerate(args):
@@ -107,6 +113,12 @@ def export_application(cls, args, apply, functions):
             template.append(("constant", a))
     spec = FunctionSpec(cls, template)
     outputs, returns_tuple, non_differentiable, dirty, dirty_outputs, no_gradient = _probe(spec, tensors, apply)
+    for i in dirty:
+        if tensors[i].numel() > 0 and tensors[i].storage().data_ptr() in caller_storages:
+            # Eager would change the caller's own tensor; the engine's Function works on a copy.
+            raise UnsupportedFunction(
+                f"the autograd.Function {name} modifies its input {i} in place, which is the module's own input, "
+                "parameter or buffer: onnxtrain runs in-place Functions on values computed inside the module only")
     key = f"{os.getpid()}-{id(functions)}-{next(_export_ids)}"
     functions[key] = spec
     _pending_outputs[key] = outputs

@@ -76,9 +76,9 @@ std::string GradBuilder::op(const std::string& op_type, const std::vector<std::s
 
 std::vector<std::string> GradBuilder::op_multi(const std::string& op_type, const std::vector<std::string>& inputs,
                                                int num_outputs, const AttributeMap& attrs,
-                                               const std::string& domain) {
+                                               const std::string& domain, const std::vector<bool>& produced) {
   owner_.set_origin(&node_);
-  return owner_.emit(op_type, domain, inputs, num_outputs, attrs, op_type);
+  return owner_.emit(op_type, domain, inputs, num_outputs, attrs, op_type, produced);
 }
 
 std::string GradBuilder::scalar_like(double value, const std::string& like) {

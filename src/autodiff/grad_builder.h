@@ -46,9 +46,11 @@ class GradBuilder {
   // Emits a node; returns the name of its (first) output.
   std::string op(const std::string& op_type, const std::vector<std::string>& inputs,
                  const AttributeMap& attrs = {}, const std::string& domain = kOnnxDomain);
+  // Outputs i with produced[i] false (when given) stay unnamed, so the kernel skips them.
   std::vector<std::string> op_multi(const std::string& op_type, const std::vector<std::string>& inputs,
                                     int num_outputs, const AttributeMap& attrs = {},
-                                    const std::string& domain = kOnnxDomain);
+                                    const std::string& domain = kOnnxDomain,
+                                    const std::vector<bool>& produced = {});
 
   // Zeros shaped like `value` (a forward value: its shape is taken in the forward part), of
   // `value`'s element type or the one given.

@@ -65,7 +65,8 @@ std::vector<std::vector<int>> output_dependencies(const Graph& g, size_t num_for
 
 std::vector<std::string> GradientGraphBuilder::emit(const std::string& op_type, const std::string& domain,
                                                     const std::vector<std::string>& inputs, int num_outputs,
-                                                    const AttributeMap& attrs, const std::string& base) {
+                                                    const AttributeMap& attrs, const std::string& base,
+                                                    const std::vector<bool>& produced) {
   std::string prefix = origin_ ? (origin_->name.empty() ? origin_->op_type : origin_->name) + "_grad/" : "grad/";
   Node n;
   n.op_type = op_type;
@@ -76,6 +77,10 @@ std::vector<std::string> GradientGraphBuilder::emit(const std::string& op_type, 
   n.name = graph_.unique_name(prefix + base);
   DType dt = infer_output_dtype(graph_, op_type, inputs, attrs);
   for (int i = 0; i < num_outputs; ++i) {
+    if (!produced.empty() && !produced[static_cast<size_t>(i)]) {
+      n.outputs.emplace_back();
+      continue;
+    }
     std::string out = graph_.unique_name(n.name + (num_outputs > 1 ? "_out" + std::to_string(i) : "_out"));
     n.outputs.push_back(out);
     if (dt != DType::Undefined) graph_.info_mut(out).dtype = dt;

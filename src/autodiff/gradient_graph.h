@@ -41,9 +41,12 @@ class GradientGraphBuilder {
   Graph& graph() { return graph_; }
   const Graph& graph() const { return graph_; }
   // Emits a node; `base` seeds the names of its outputs.
+  // Outputs i with produced[i] false (when `produced` is given) are left unnamed: the kernel
+  // skips them, as for an unused optional output.
   std::vector<std::string> emit(const std::string& op_type, const std::string& domain,
                                 const std::vector<std::string>& inputs, int num_outputs,
-                                const AttributeMap& attrs, const std::string& base);
+                                const AttributeMap& attrs, const std::string& base,
+                                const std::vector<bool>& produced = {});
   std::string add_constant(const std::string& base, Tensor value);
   // Sums a list of gradient contributions into one value (the single fan-out helper).
   std::string accumulate(const std::vector<std::string>& contributions, const std::string& base);

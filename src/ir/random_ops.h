@@ -20,12 +20,13 @@ inline bool is_unrepeatable_op(const Node& n) {
   return is_random_op(n) || (n.domain == kOnnxTrainDomain && n.op_type == "PythonOp");
 }
 
-// Whether any node of `g`, or of a body inside it, draws random numbers.
-inline bool draws_random_numbers(const Graph& g) {
+// Whether any node of `g`, or of a body inside it, is unrepeatable: a recompute of `g` could give
+// other values.
+inline bool has_unrepeatable_ops(const Graph& g) {
   for (const Node& n : g.nodes) {
-    if (is_random_op(n)) return true;
+    if (is_unrepeatable_op(n)) return true;
     for (const auto& kv : n.attrs)
-      if (kv.second.kind == Attribute::Kind::Graph && kv.second.g && draws_random_numbers(*kv.second.g)) return true;
+      if (kv.second.kind == Attribute::Kind::Graph && kv.second.g && has_unrepeatable_ops(*kv.second.g)) return true;
   }
   return false;
 }

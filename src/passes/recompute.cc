@@ -52,7 +52,7 @@ bool recomputable_output(const Graph& g, const Node& n, size_t o) {
   if (is_drawing_dropout(n, g.opset())) return o == 0 && n.outputs.size() > 1 && !n.outputs[1].empty();
   if (is_unrepeatable_op(n)) return false;
   for (const auto& kv : n.attrs)
-    if (kv.second.kind == Attribute::Kind::Graph && kv.second.g && draws_random_numbers(*kv.second.g)) return false;
+    if (kv.second.kind == Attribute::Kind::Graph && kv.second.g && has_unrepeatable_ops(*kv.second.g)) return false;
   return true;
 }
 

@@ -120,6 +120,23 @@ TEST(SubgraphClosure, GradientOfAnIfWhoseBranchDrawsRandomNumbersIsRefused) {
   }
 }
 
+// A PyTorch Function in a branch would run again in the recompute (and may draw or count).
+TEST(SubgraphClosure, GradientOfAnIfWhoseBranchRunsAPythonFunctionIsRefused) {
+  Graph g = if_graph();
+  Graph& then_branch = *g.nodes[0].attrs.at("then_branch").g;
+  Node fn = make("PythonOp", {"sum"}, {"fn_out", "fn_ctx"}, {{"function_key", Attribute::of_string("k")}});
+  fn.domain = kOnnxTrainDomain;
+  then_branch.nodes.push_back(fn);
+  then_branch.outputs = {"fn_out"};
+  then_branch.opsets[kOnnxTrainDomain] = 1;
+  try {
+    TrainingSession session(g, {{"x", "w"}, {}, false});
+    FAIL() << "no error";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("runs a PyTorch autograd.Function"), std::string::npos) << e.what();
+  }
+}
+
 // for i in range(4): s = s + x, scanning s: s ends at 4x; the scan output is [x, 2x, 3x, 4x].
 TEST(SubgraphClosure, LoopCarriesStateAndStacksScanOutputs) {
   auto body = std::make_shared<Graph>();

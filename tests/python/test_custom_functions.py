@@ -569,3 +569,17 @@ def test_an_export_with_python_functions_is_never_written_to_the_disk_cache(tmp_
     plain = onnxtrain.ORTModule(nn.Linear(3, 2))
     plain(torch.randn(2, 3))
     assert list(tmp_path.iterdir()), "the cache itself works"
+
+
+def test_an_in_place_function_on_the_modules_own_input_is_refused():
+    """Eager would modify the caller's tensor, which the engine's copy cannot: refused, not wrong."""
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.l(DoubleInPlace.apply(x))
+
+    with pytest.raises(RuntimeError, match="DoubleInPlace modifies its input 0 in place, which is the module's own"):
+        onnxtrain.ORTModule(Model())(torch.randn(2, 3))

@@ -112,9 +112,10 @@ DType declared_dtype(const GradBuilder& g, const std::string& value) {
 void if_gradient(GradBuilder& g) {
   const Node& n = g.node();
   for (const char* key : {"then_branch", "else_branch"})
-    if (draws_random_numbers(*n.attrs.at(key).g))
-      throw UnsupportedError(str_cat(n.describe(), ": its ", key, " draws random numbers (Dropout, Bernoulli, ...); "
-                                     "its gradient recomputes the branch, which would draw other values"));
+    if (has_unrepeatable_ops(*n.attrs.at(key).g))
+      throw UnsupportedError(str_cat(n.describe(), ": its ", key, " draws random numbers (Dropout, Bernoulli, ...) "
+                                     "or runs a PyTorch autograd.Function; its gradient recomputes the branch, "
+                                     "which could give other values"));
   std::vector<int> wrt;  // positions among the branch inputs (node input i + 1)
   std::vector<DType> wrt_dtypes;
   for (int i = 1; i < g.num_inputs(); ++i) {

@@ -10,6 +10,7 @@
 
 #include "onnx/custom_schema.h"
 #include "ops/common/elementwise.h"
+#include "ops/common/shift_direction.h"
 #include "ops/registry.h"
 
 namespace onnxtrain {
@@ -77,11 +78,7 @@ template <typename T> bool is_negative(T v) {
 // on the left and to the sign on the right.
 class ShiftKernel final : public Kernel {
  public:
-  explicit ShiftKernel(const KernelInfo& info) {
-    const std::string d = info.node.attr_string("direction", "");
-    OT_CHECK(d == "LEFT" || d == "RIGHT", "BitShift: attribute 'direction' is '", d, "', must be LEFT or RIGHT");
-    left_ = d == "LEFT";
-  }
+  explicit ShiftKernel(const KernelInfo& info) : left_(shifts_left(info.node)) {}
   void compute(KernelContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     const Tensor& s = ctx.input(1);

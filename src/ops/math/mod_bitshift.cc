@@ -5,6 +5,7 @@
 #include "autodiff/grad_builder.h"
 #include "core/half.h"
 #include "ops/math/float_kernels.h"
+#include "ops/common/shift_direction.h"
 #include "ops/registry.h"
 
 namespace onnxtrain {
@@ -78,12 +79,7 @@ decltype(auto) dispatch_unsigned(DType t, Fn&& fn) {
 
 class BitShiftKernel final : public Kernel {
  public:
-  explicit BitShiftKernel(const KernelInfo& info) {
-    OT_CHECK(info.node.has_attr("direction"), "BitShift needs the attribute 'direction'");
-    std::string d = info.node.attr_string("direction", "");
-    OT_CHECK(d == "LEFT" || d == "RIGHT", "BitShift: attribute 'direction' is '", d, "', must be LEFT or RIGHT");
-    left_ = d == "LEFT";
-  }
+  explicit BitShiftKernel(const KernelInfo& info) : left_(shifts_left(info.node)) {}
   void compute(KernelContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     const Tensor& s = ctx.input(1);

@@ -181,11 +181,15 @@ void python_op_gradient(GradBuilder& g) {
   attrs["class_name"] = Attribute::of_string(g.node().attr_string("class_name", "?"));
   attrs["num_output_grads"] = Attribute::of_int(num_outputs);
   if (g.node().has_attr("no_gradient_inputs")) attrs["no_gradient_inputs"] = g.node().attrs.at("no_gradient_inputs");
-  std::vector<std::string> grads = g.op_multi("PythonOpGrad", inputs, g.num_inputs(), attrs, kOnnxTrainDomain);
-  const std::vector<int64_t> none = g.node().attr_ints("no_gradient_inputs");
+  // Only the gradients autodiff asks for, minus those the backward returns None for, are outputs.
+  const std::vector<bool> none = flags(g.node().attr_ints("no_gradient_inputs"), static_cast<size_t>(g.num_inputs()), false);
+  std::vector<bool> produced(static_cast<size_t>(g.num_inputs()));
+  for (int i = 0; i < g.num_inputs(); ++i) produced[static_cast<size_t>(i)] = g.needs_input_grad(i) && !none[static_cast<size_t>(i)];
+  std::vector<std::string> grads =
+      g.op_multi("PythonOpGrad", inputs, g.num_inputs(), attrs, kOnnxTrainDomain, produced);
   for (int i = 0; i < g.num_inputs(); ++i) {
     if (!g.needs_input_grad(i)) continue;
-    if (std::find(none.begin(), none.end(), i) != none.end()) {
+    if (none[static_cast<size_t>(i)]) {
       g.set_no_input_grad(i);
       continue;
     }
