@@ -38,11 +38,14 @@ cmake --build "$work/example-build" > "$work/build.log"
 
 # The installed tool runs from the prefix (its RUNPATH finds the installed library).
 "$prefix/bin/onnxtrain" --help > /dev/null
-if ldd "$prefix/bin/onnxtrain" | grep -q "not found"; then
-  ldd "$prefix/bin/onnxtrain" >&2
+# ldd's output is taken whole first: `ldd | grep -q` under pipefail fails whenever grep stops
+# reading early (ldd dies of SIGPIPE), which made this check flaky.
+libraries=$(ldd "$prefix/bin/onnxtrain")
+if grep -q "not found" <<< "$libraries"; then
+  echo "$libraries" >&2
   exit 1
 fi
-ldd "$prefix/bin/onnxtrain" | grep -q "libonnxtrain.so.* => $prefix/" ||
-  { echo "test_install: bin/onnxtrain does not load the installed libonnxtrain" >&2; ldd "$prefix/bin/onnxtrain" >&2; exit 1; }
+grep -q "libonnxtrain.so.* => $prefix/" <<< "$libraries" ||
+  { echo "test_install: bin/onnxtrain does not load the installed libonnxtrain" >&2; echo "$libraries" >&2; exit 1; }
 "$prefix/bin/onnxtrain" export "$work/artifacts" --out "$work/exported.onnx" > /dev/null
 echo "test_install: OK (installed, built and ran examples/cpp against $prefix)"
