@@ -21,7 +21,7 @@ import torch
 
 from ._logging import logger
 
-FORMAT = 5  # 5: checkpoint segments carry boundary markers
+FORMAT = 6  # 6: chunk, split and unbind cut through SplitGuard nodes
 _MAGIC = b"onnxtrain-export-cache"
 _warned_unusable = set()
 

@@ -7,7 +7,7 @@ import warnings
 
 import torch
 
-from . import _checkpoint, _io, _python_op, _symbolics
+from . import _checkpoint, _io, _python_op, _split_guards, _symbolics
 
 OPSET = 17
 _RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
@@ -20,6 +20,12 @@ class ExportError(RuntimeError):
 
 class InputDtypeError(TypeError):
     """An input's dtype does not fit the module: raised, like eager raises, never a fallback."""
+
+
+class ScalarsMustBeBaked(ExportError):
+    """The module's code sees a Python number argument differently once it is a 0-d tensor (it
+    checks the type, hands it to an autograd.Function, or computes another result): the number
+    has to be baked into the export instead (see ortmodule)."""
 
 
 def diagnose_input_dtypes(module, tensors, input_schema, export_error):
@@ -48,9 +54,9 @@ def diagnose_input_dtypes(module, tensors, input_schema, export_error):
 
 
 def _eager_error(module, tensors, input_schema):
-    """What eager PyTorch raises on the call, or None; the module's buffers and the RNG are left as
-    they were."""
-    args, kwargs = _io.unflatten_inputs(input_schema, [t.detach() for t in tensors])
+    """What eager PyTorch raises on the user's own call (their tensors, and their Python numbers as
+    numbers), or None; the module's buffers and the RNG are left as they were."""
+    args, kwargs = _io.unflatten_inputs(input_schema, tensors, python_scalars=True)
     try:
         with _preserved_state(module), torch.no_grad():
             module(*args, **kwargs)
@@ -71,18 +77,25 @@ class BufferUpdates:
 
 
 class _FlatModule(torch.nn.Module):
-    """Takes and returns flat tensor tuples, so the ONNX graph has one input per tensor."""
+    """Takes and returns flat tensor tuples, so the ONNX graph has one input per tensor. Keeps
+    what the first traced call saw and returned, for the check of Python number inputs."""
 
     def __init__(self, module, input_schema):
         super().__init__()
         self.module = module
         self.input_schema = input_schema
         self.output_schema = None
+        self.scalar_positions = _io.scalar_positions(input_schema)
+        self.traced_scalars = set()  # ids of the 0-d tensors the trace passed for Python numbers
+        self.first_outputs = None
 
     def forward(self, *tensors):
+        self.traced_scalars.update(id(tensors[i]) for i in self.scalar_positions)
         args, kwargs = _io.unflatten_inputs(self.input_schema, tensors)
         out = self.module(*args, **kwargs)
         flat, self.output_schema = _io.flatten_outputs(out)
+        if self.first_outputs is None and self.scalar_positions:
+            self.first_outputs = (self.output_schema, [t.detach().clone() for t in flat])
         return tuple(flat)
 
 
@@ -93,11 +106,13 @@ _CHECKPOINT = "torch.utils.checkpoint.CheckpointFunction"
 
 
 @contextlib.contextmanager
-def _recorded_functions(functions, caller_storages):
+def _recorded_functions(functions, caller_storages, flat):
     """While the trace runs, every torch.autograd.Function.apply goes through here: the tracer
     would inline the Function's forward, and differentiating that would silently ignore the
     user's backward. Records each application in `functions` (function_key -> FunctionSpec).
-    `caller_storages`: storage addresses of the module's inputs, parameters and buffers."""
+    `caller_storages`: storage addresses of the module's inputs, parameters and buffers. A
+    Python number argument reaching a Function must reach it as the number: `flat` (the
+    _FlatModule being traced) knows the tensors that stand for numbers."""
     base = torch.autograd.Function
     had_own = "apply" in base.__dict__
     original = base.__dict__["apply"] if had_own else torch._C._FunctionBase.__dict__["apply"]
@@ -110,6 +125,9 @@ def _recorded_functions(functions, caller_storages):
             return torch_apply(*args, **kwargs)
         if _python_op.qualified_name(cls) == _CHECKPOINT:  # (run_function, preserve_rng_state, *inputs)
             return _checkpoint.traced_segment(args)
+        if any(id(a) in flat.traced_scalars for a in args):
+            raise ScalarsMustBeBaked(f"the autograd.Function {_python_op.qualified_name(cls)} takes a Python number "
+                                     "argument of the module")
         return _python_op.export_application(cls, args, torch_apply, functions, caller_storages)
 
     base.apply = classmethod(apply)
@@ -150,6 +168,31 @@ def _preserved_state(module):
             for b, saved in buffers:
                 b.copy_(saved)
         torch.random.set_rng_state(rng)
+
+
+def _numbers_change_the_result(module, flat, tensors, input_schema):
+    """Whether the module, called eagerly with its Python number arguments as the numbers they are,
+    returns anything else than the trace computed with them as 0-d tensors: code that checks a
+    number's type, or computes with it in another precision, does. Runs from the state the trace
+    started from (buffers and RNG, which _preserved_state restored), so Dropout draws the same."""
+    if flat.first_outputs is None:
+        return False
+    traced_schema, traced = flat.first_outputs
+    args, kwargs = _io.unflatten_inputs(input_schema, tensors, python_scalars=True)
+    try:
+        with _preserved_state(module), _traced_as_in_training(module):
+            out = module(*args, **kwargs)
+        flat_out, out_schema = _io.flatten_outputs(out)
+    except Exception:  # noqa: BLE001 - eager fails where the trace did not: the numbers matter
+        return True
+    if out_schema != traced_schema:
+        return True
+    for eager, seen in zip(flat_out, traced):
+        try:
+            torch.testing.assert_close(eager.detach(), seen, rtol=0, atol=0, equal_nan=True)
+        except AssertionError:
+            return True
+    return False
 
 
 class Exported:
@@ -284,8 +327,8 @@ def _export_once(module, tensors, input_schema, training):
     functions = {}
     with _preserved_state(module), _traced_as_in_training(module), _symbolics.registered(OPSET), \
             _recorded_functions(functions, _python_op.storages(list(tensors) + list(module.parameters()) +
-                                                               list(module.buffers()))), \
-            _checkpoint.non_reentrant_segments(), \
+                                                               list(module.buffers())), flat), \
+            _checkpoint.non_reentrant_segments(), _split_guards.guarded_splits(), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", torch.jit.TracerWarning)
         try:
@@ -323,7 +366,8 @@ def _export_once(module, tensors, input_schema, training):
                       for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
     scalars = _io.scalar_positions(input_schema)
     used = {ref for kind, ref in graph_inputs if kind == "input"}
-    bakes_scalars = bool(scalars) and (any(user for _, user in trace_warnings) or any(i not in used for i in scalars))
+    bakes_scalars = bool(scalars) and (any(user for _, user in trace_warnings) or any(i not in used for i in scalars)
+                                       or _numbers_change_the_result(module, flat, tensors, input_schema))
     return Exported(model.SerializeToString(), graph_inputs, flat.output_schema, num_user_outputs, buffer_updates,
                     trace_warnings, bakes_scalars, [i.name for i in model.graph.input],
                     [o.name for o in model.graph.output], any(n.op_type in _RANDOM_OPS for n in model.graph.node),

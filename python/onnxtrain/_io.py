@@ -2,7 +2,8 @@
 
 A schema is a hashable tree that records everything but the tensors: containers and their
 types, dict keys, None, bools and strings. Python ints and floats become 0-d tensor inputs, so a
-new value does not need a new export (unless the export baked the value in: see ortmodule).
+new value does not need a new export, unless the export finds that the module's code treats the
+number differently from a tensor (see _export); then numbers key the export (see ortmodule).
 Two calls with the same schema and tensor signature can run the same exported graph.
 """
 import torch
@@ -28,7 +29,9 @@ class _Flattener:
             return ("N",)
         if isinstance(obj, (int, float)) and not isinstance(obj, bool) and self.scalars_as_tensors:
             dtype = torch.int64 if isinstance(obj, int) else torch.get_default_dtype()
-            return ("S", type(obj), self.leaf(torch.tensor(obj, dtype=dtype)))
+            t = torch.tensor(obj, dtype=dtype)
+            t._onnxtrain_python_value = obj  # the user's own number, for calls that must see it
+            return ("S", type(obj), self.leaf(t))
         if isinstance(obj, (bool, int, float, str)):
             return ("C", type(obj), obj)
         if isinstance(obj, tuple) and hasattr(obj, "_fields"):
@@ -43,25 +46,33 @@ class _Flattener:
             "bool, int, float, str and lists, tuples, dicts and namedtuples of them")
 
 
-def _unflatten(node, tensors):
+def _unflatten(node, tensors, python_scalars=False):
     kind = node[0]
     if kind == "T":
         return tensors[node[1]]
     if kind == "S":  # a Python number given to the exporter as a 0-d tensor
-        return tensors[node[2]]
+        t = tensors[node[2]]
+        return python_number(t, node[1]) if python_scalars else t
     if kind == "N":
         return None
     if kind == "C":
         return node[2]
     if kind == "NT":
-        return node[1](*(_unflatten(c, tensors) for c in node[2]))
+        return node[1](*(_unflatten(c, tensors, python_scalars) for c in node[2]))
     if kind == "U":
-        return tuple(_unflatten(c, tensors) for c in node[1])
+        return tuple(_unflatten(c, tensors, python_scalars) for c in node[1])
     if kind == "L":
-        return [_unflatten(c, tensors) for c in node[1]]
+        return [_unflatten(c, tensors, python_scalars) for c in node[1]]
     if kind == "D":
-        return node[1]((k, _unflatten(c, tensors)) for k, c in node[2])
+        return node[1]((k, _unflatten(c, tensors, python_scalars)) for k, c in node[2])
     raise AssertionError(f"bad schema node {node!r}")
+
+
+def python_number(t, number_type):
+    """The Python number a 0-d scalar input stands for: the user's own object where the tensor
+    still carries it (so a float keeps its double value), else the tensor's value."""
+    value = getattr(t, "_onnxtrain_python_value", None)
+    return value if value is not None else number_type(t.item())
 
 
 _ALL_TENSOR_SCHEMAS = {}  # number of arguments -> the schema of that many positional tensors
@@ -81,10 +92,12 @@ def flatten_inputs(args, kwargs, scalars_as_tensors=True):
     return flat.tensors, (arg_nodes, kwarg_nodes)
 
 
-def unflatten_inputs(schema, tensors):
+def unflatten_inputs(schema, tensors, python_scalars=False):
+    """The call's (args, kwargs) again. python_scalars: the Python numbers themselves, as the user
+    passed them, instead of the 0-d tensors that stand for them in the graph."""
     arg_nodes, kwarg_nodes = schema
-    args = [_unflatten(n, tensors) for n in arg_nodes]
-    kwargs = {k: _unflatten(n, tensors) for k, n in kwarg_nodes}
+    args = [_unflatten(n, tensors, python_scalars) for n in arg_nodes]
+    kwargs = {k: _unflatten(n, tensors, python_scalars) for k, n in kwarg_nodes}
     return args, kwargs
 
 

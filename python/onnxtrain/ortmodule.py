@@ -25,6 +25,7 @@ _FALLBACK_ERRORS = (ExportError, _io.UnsupportedTypeError, _C.UnsupportedError)
 # construction goes to the wrapped module, as ONNX Runtime's ORTModule does.
 _WRAPPER_ATTRIBUTES = frozenset({
     "_original_module", "_debug_options", "_graphs", "_fallback_reason", "_scalars_as_tensors", "engine_runs",
+    "_last_variant",
     "forward", "_forward_signature", "_warned_string_inputs", "_pending_load_report"})
 # The prefix the wrapped module's state has inside torch's own recursion (load_state_dict).
 _INNER = "_original_module."
@@ -92,6 +93,7 @@ class ORTModule(torch.nn.Module):
         self._graphs = collections.OrderedDict()
         self._fallback_reason = None
         self._scalars_as_tensors = True  # False once an export baked a Python number in
+        self._last_variant = {}  # call structure -> the variant of its export that ran last
         self._warned_string_inputs = False
         self.engine_runs = 0  # forward calls the engine served: tests use it to prove no fallback
         self._install_forward_signature()
@@ -131,6 +133,10 @@ class ORTModule(torch.nn.Module):
             self.__dict__["engine_runs"] += 1
             try:
                 outputs = self._run(graphs, feeds)
+            except _C.ExportMismatchError as e:
+                mismatch = str(e)
+                del e
+                graphs, outputs = self._run_fitting_export(args, kwargs, graphs, mismatch)
             except _C.EngineError as e:
                 if isinstance(e, _C.UnsupportedError) or not graphs.exported.shrunk or graphs.proven:
                     raise
@@ -165,10 +171,14 @@ class ORTModule(torch.nn.Module):
             return ORTModuleFunction.apply(run, *feeds)
         return graphs.infer(feeds)
 
-    def _graphs_for(self, args, kwargs, full_trace=False):
+    def _graphs_for(self, args, kwargs, full_trace=False, variant=None):
+        """The graphs for this call, exported if need be. A call's graphs are keyed by (mode, input
+        schema, tensor signature, variant): variants are exports of one call structure whose pieces
+        differ (see _run_fitting_export); the one that ran last is tried first."""
         tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
         training = self._original_module.training
-        key = (training, schema, _io.tensor_signature(tensors))
+        call = (training, schema, _io.tensor_signature(tensors))
+        key = call + (self._last_variant.get(call, 0) if variant is None else variant,)
         entry = None if full_trace else self._graphs.get(key)
         if entry is not None and not entry[2].unchanged():
             logger.info("onnxtrain: an attribute or submodule of %s changed since its export; exporting again",
@@ -179,17 +189,55 @@ class ORTModule(torch.nn.Module):
             self._graphs.move_to_end(key)
         else:
             self._check_call(args, kwargs, schema)
-            entry = self._build(key, tensors, schema, training, full_trace)
+            numbers_as_tensors = self._scalars_as_tensors and bool(_io.scalar_positions(schema))
+            try:
+                entry = self._build(key, tensors, schema, training, full_trace)
+            except ExportError as e:
+                if not numbers_as_tensors:
+                    raise
+                return self._bake_numbers(args, kwargs, f"its export with them as 0-d tensors failed ({e})")
             if entry[0].exported.bakes_scalars and self._scalars_as_tensors:
-                # The trace turned a Python number into a constant: from now on numbers are part of
-                # the schema, so each value gets its own export, as correctness requires.
-                logger.info("onnxtrain: %s uses a Python number as a constant; numbers now key the export",
-                            type(self._original_module).__name__)
-                self._scalars_as_tensors = False
-                self._graphs.clear()
-                return self._graphs_for(args, kwargs)
+                return self._bake_numbers(args, kwargs, "it uses them as constants, or its code treats them otherwise "
+                                          "than 0-d tensors")
         graphs, params, _ = entry
         return graphs, params, tensors
+
+    def _bake_numbers(self, args, kwargs, why):
+        """From now on the module's Python number arguments are baked into its exports as the
+        numbers they are, so each value gets its own export, as correctness requires."""
+        logger.info("onnxtrain: %s takes Python numbers as they are, since %s; numbers now key the export",
+                    type(self._original_module).__name__, why)
+        self._scalars_as_tensors = False
+        self._graphs.clear()
+        self._last_variant.clear()
+        return self._graphs_for(args, kwargs)
+
+    def _run_fitting_export(self, args, kwargs, failed, mismatch):
+        """The engine refused `failed` for these inputs: a chunk, split or unbind makes other
+        pieces at their sizes than at the trace's (SplitGuard). Runs the call on another export of
+        the same call structure that fits, or on a new one traced from these inputs, which is kept
+        beside the others (a last, smaller batch alternates with the full ones)."""
+        tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
+        call = (self._original_module.training, schema, _io.tensor_signature(tensors))
+        if failed.exported.shrunk and not failed.proven:  # traced on a cut-down batch: never fit
+            self._graphs.pop(next(k for k, v in self._graphs.items() if v[0] is failed), None)
+        for key in [k for k, v in self._graphs.items() if k[:3] == call and v[0] is not failed]:
+            graphs, params, state = self._graphs[key]
+            if not state.unchanged():
+                continue
+            try:
+                outputs = self._run(graphs, self._feeds(graphs, params, tensors))
+            except _C.ExportMismatchError:
+                continue
+            self._graphs.move_to_end(key)
+            self._last_variant[call] = key[3]
+            return graphs, outputs
+        variant = max([k[3] for k in self._graphs if k[:3] == call], default=-1) + 1
+        logger.info("onnxtrain: %s: %s; exporting again from these inputs", type(self._original_module).__name__,
+                    mismatch)
+        graphs, params, tensors = self._graphs_for(args, kwargs, full_trace=True, variant=variant)
+        self._last_variant[call] = variant
+        return graphs, self._run(graphs, self._feeds(graphs, params, tensors))
 
     def _check_call(self, args, kwargs, schema):
         """Before an export: a call the forward cannot take raises TypeError, as eager does, rather
@@ -216,7 +264,8 @@ class ORTModule(torch.nn.Module):
         cache_key = None
         exported = None
         if _cache.directory():
-            cache_key = _cache.key(self._original_module, training, schema, key[2])
+            # Variant 0 keeps the key of a call structure's first export; later ones have their own.
+            cache_key = _cache.key(self._original_module, training, schema, key[2] if key[3] == 0 else key[2:])
             exported = None if full_trace else _cache.load(cache_key)
             if exported is not None:
                 logger.info("onnxtrain: loaded the %s export of %s from the cache", "train" if training else "eval",
@@ -369,7 +418,7 @@ class ORTModule(torch.nn.Module):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for transient in ("_graphs", "_fallback_reason", "_scalars_as_tensors", "_warned_string_inputs",
+        for transient in ("_graphs", "_last_variant", "_fallback_reason", "_scalars_as_tensors", "_warned_string_inputs",
                           "engine_runs", "forward", "_forward_signature", "_pending_load_report"):
             state.pop(transient, None)
         return state

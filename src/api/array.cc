@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "api/internal.h"
+#include "io/durable_file.h"
 #include "core/error.h"
 
 namespace onnxtrain {
@@ -145,7 +146,7 @@ void write_file_bytes(const std::string& path, const std::string& bytes) {
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     OT_CHECK(out.good(), "writing '", tmp, "' failed");
   }
-  OT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "'");
+  io::replace_file_durably(tmp, path);
 }
 
 const char* loss_name(Loss loss) {

@@ -1,11 +1,11 @@
 // The checkpoint file: a zip (stored, uncompressed, like numpy.savez) of .npy arrays and one JSON
 // entry, written and read through src/io/npz.h. numpy.load reads it as an .npz. Arrays are written
 // byte for byte, so a save and a load give back bit-identical parameters and optimizer state.
-#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "api/internal.h"
 #include "core/error.h"
+#include "io/durable_file.h"
 #include "io/npz.h"
 
 namespace onnxtrain::api {
@@ -49,10 +49,11 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     for (size_t i = 0; i < c.trainable.size(); ++i)
       entries[state_entry(state_names[s], c.trainable[i])] = npy_bytes(c.states[s][i]);
   }
-  // A temporary name and a rename: an interrupted save leaves the previous checkpoint intact.
+  // A temporary name and a durable rename: an interrupted save or a power loss leaves the previous
+  // checkpoint intact.
   const std::string tmp = path + ".tmp";
   io::write_zip(tmp, entries);
-  OT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "'");
+  io::replace_file_durably(tmp, path);
 }
 
 Checkpoint read_checkpoint(const std::string& path) {

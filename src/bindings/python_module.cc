@@ -159,11 +159,14 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "onnxtrain C++ engine";
   static py::exception<Error> engine_error(m, "EngineError", PyExc_RuntimeError);
   static py::exception<UnsupportedError> unsupported_error(m, "UnsupportedError", engine_error.ptr());
+  static py::exception<ExportMismatchError> export_mismatch_error(m, "ExportMismatchError", engine_error.ptr());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const UnsupportedError& e) {
       unsupported_error(e.what());
+    } catch (const ExportMismatchError& e) {
+      export_mismatch_error(e.what());
     } catch (const Error& e) {
       engine_error(e.what());
     }

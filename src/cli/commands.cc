@@ -102,15 +102,6 @@ struct RunState {
   }
 };
 
-void save_atomically(const TrainingSession& session, const std::string& path, const RunState& state) {
-  // A run stopped mid-write must leave the previous epoch's checkpoint, not half of a new one.
-  const std::string partial = path + ".partial";
-  session.save_checkpoint(partial, state.to_metadata());
-  std::error_code ec;
-  fs::rename(partial, path, ec);
-  if (ec) throw Error("cannot move the checkpoint " + partial + " to " + path + ": " + ec.message());
-}
-
 }  // namespace
 
 std::string trained_checkpoint_path(const std::string& artifacts_dir) {
@@ -208,7 +199,8 @@ void run_train(const TrainCommand& command) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     state.epochs_done = epoch;
     state.rng_state = rng.state();
-    save_atomically(session, checkpoint, state);
+    // save_checkpoint replaces the file durably: a run stopped mid-write keeps the previous epoch's.
+    session.save_checkpoint(checkpoint, state.to_metadata());
     std::printf("epoch %lld/%lld: mean loss %.6f over %lld steps, %.0f examples/s\n", static_cast<long long>(epoch),
                 static_cast<long long>(last_epoch), loss_sum / static_cast<double>(steps),
                 static_cast<long long>(steps), seconds > 0 ? static_cast<double>(examples) / seconds : 0.0);

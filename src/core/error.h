@@ -15,6 +15,13 @@ class UnsupportedError : public Error {
   using Error::Error;
 };
 
+// Raised when a graph's structure, fixed when it was exported, does not fit this run's inputs (how
+// many pieces a chunk makes depends on a size): the front end exports the module again for them.
+class ExportMismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
 template <typename... Parts>
 std::string str_cat(const Parts&... parts) {
   std::ostringstream os;

@@ -187,6 +187,8 @@ void execute(RunState& state, size_t begin, size_t end, const char* phase) {
       else cn.kernel->compute(ctx);
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(str_cat(cn.node->describe(), " (opset ", cn.opset, "): ", e.what()));
+    } catch (const ExportMismatchError& e) {
+      throw ExportMismatchError(str_cat(cn.node->describe(), ": ", e.what()));
     } catch (const std::exception& e) {
       OT_THROW(cn.node->describe(), " (opset ", cn.opset, ") failed: ", e.what(), "; inputs: ",
                describe_inputs(state, cn));

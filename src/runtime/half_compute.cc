@@ -63,8 +63,9 @@ bool computes_16bit_floats_in_float32(const std::string& domain, const std::stri
       "Unsqueeze", "Shape", "Size", "Concat", "Split", "Slice", "Expand", "Gather", "GatherElements", "Tile",
       "Transpose", "NonZero", "IsNaN", "IsInf", "Pad", "RandomUniform", "RandomNormal", "RandomUniformLike",
       "RandomNormalLike", "Multinomial"};
-  // A Python Function receives its inputs as they are, as in eager.
-  if (domain == kOnnxTrainDomain && (op_type == "PythonOp" || op_type == "PythonOpGrad")) return false;
+  // A Python Function receives its inputs as they are, as in eager; SplitGuard passes its input on.
+  if (domain == kOnnxTrainDomain && (op_type == "PythonOp" || op_type == "PythonOpGrad" || op_type == "SplitGuard"))
+    return false;
   return !(domain.empty() && kNative.count(op_type));
 }
 

@@ -12,6 +12,10 @@ std::vector<GradCase> cases() {
   auto r = [&](const TensorShape& s, uint64_t seed) { return random_tensor(F64, s, seed); };
   return {
       {"Identity", "Identity", "", {}, {r({2, 3}, 1)}},
+      {"SplitGuard_chunk", "SplitGuard", kOnnxTrainDomain,
+       {{"kind", Attribute::of_string("chunk")}, {"axis", Attribute::of_int(0)}, {"parameter", Attribute::of_int(3)},
+        {"pieces", Attribute::of_ints({2, 2, 1})}},
+       {r({5, 2}, 9)}},
       {"Reshape_infer", "Reshape", "", {}, {r({2, 3, 4}, 2), int64_tensor({0, -1})}},
       {"Flatten_axis2", "Flatten", "", {{"axis", Attribute::of_int(2)}}, {r({2, 3, 2, 2}, 3)}},
       {"Squeeze", "Squeeze", "", {}, {r({2, 1, 3, 1}, 4), int64_tensor({1, -1})}},

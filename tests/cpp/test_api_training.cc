@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "api/internal.h"
 #include "onnx/model_io.h"
 #include "onnxtrain/onnxtrain.h"
+#include "tests/cpp/file_sync_recorder.h"
 #include "tests/cpp/mlp_graph.h"
 
 namespace onnxtrain::testing {
@@ -323,6 +325,23 @@ TEST(ApiTraining, CheckpointRoundTripIsBitExact) {
                             (tmp / "ckpt");
     EXPECT_EQ(std::system(cmd.c_str()), 0);
   }
+}
+
+TEST(ApiTraining, CheckpointReachesTheDiskBeforeItsName) {
+  TempDir tmp;
+  generate_artifacts(Model::from_bytes(mlp_model_bytes()), tmp / "art", ArtifactOptions{});
+  TrainingSession session(tmp / "art");
+  const std::string path = fs::weakly_canonical(tmp / "ckpt").string();
+  FileSyncRecorder recorder;
+  session.save_checkpoint(path);
+  const std::vector<std::string> expected{"fsync " + path + ".tmp", "rename " + path + ".tmp -> " + path,
+                                          "fsync " + fs::path(path).parent_path().string()};
+  // libzip writes the archive through a temporary file of its own, renamed to ckpt.tmp first.
+  std::vector<std::string> events = recorder.events();
+  events.erase(std::remove_if(events.begin(), events.end(),
+                              [&](const std::string& e) { return e.rfind("rename ", 0) == 0 && e.find(" -> " + path + ".tmp") != std::string::npos; }),
+               events.end());
+  EXPECT_EQ(events, expected);
 }
 
 TEST(ApiTraining, ResumeEqualsUninterruptedTraining) {
