@@ -1,7 +1,7 @@
 """onnxtrain: train PyTorch models through a C++ engine. Wrap a module with ORTModule and keep
 the rest of the training loop."""
 from . import _C, optim, profiler
-from ._export import ExportError, InputDtypeError
+from .capture import ExportError, InputDtypeError
 from ._options import DebugOptions, LogLevel
 from .ortmodule import ORTModule
 

@@ -132,7 +132,7 @@ def _describe(exported):
 
 
 def _rebuild(description, model_bytes):
-    from ._export import BufferUpdates, Exported
+    from .capture import BufferUpdates, Exported
 
     d = description
     updates = BufferUpdates()

@@ -3,7 +3,7 @@
 A schema is a hashable tree that records everything but the tensors: containers and their
 types, dict keys, None, bools and strings. Python ints and floats become 0-d tensor inputs, so a
 new value does not need a new export, unless the export finds that the module's code treats the
-number differently from a tensor (see _export); then numbers key the export (see ortmodule).
+number differently from a tensor (see capture/common.py); then numbers key the export (see ortmodule).
 Two calls with the same schema and tensor signature can run the same exported graph.
 """
 import torch

@@ -12,7 +12,7 @@ import torch
 from . import _C, _cache, _io, profiler
 from ._autograd import ORTModuleFunction
 from ._engine import Graphs
-from ._export import TRACE_BATCH, ExportError, diagnose_input_dtypes, export
+from .capture import TRACE_BATCH, ExportError, diagnose_input_dtypes, export
 from ._logging import apply_log_level, logger
 from ._module_state import ModuleState
 from ._options import DebugOptions, fallback_enabled

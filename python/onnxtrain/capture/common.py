@@ -1,21 +1,20 @@
-"""torch.onnx.export of a module, in training or eval mode, with every dim dynamic."""
+"""What every capture backend shares: the Exported result and its errors, the flat view of a
+module that tracers see, the state an export must leave as it was, the check of Python number
+inputs, and the export driver (a cut-down batch first, in a forked child process)."""
 import contextlib
 import gc
-import io
 import os
-import warnings
 
 import torch
 
-from . import _checkpoint, _io, _python_op, _split_guards, _symbolics
+from .. import _io
 
-OPSET = 17
-_RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
-               "Multinomial"}
+RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
+              "Multinomial"}
 
 
 class ExportError(RuntimeError):
-    """torch.onnx.export could not export the module."""
+    """The capture backend could not export the module."""
 
 
 class InputDtypeError(TypeError):
@@ -58,7 +57,7 @@ def _eager_error(module, tensors, input_schema):
     numbers), or None; the module's buffers and the RNG are left as they were."""
     args, kwargs = _io.unflatten_inputs(input_schema, tensors, python_scalars=True)
     try:
-        with _preserved_state(module), torch.no_grad():
+        with preserved_state(module), torch.no_grad():
             module(*args, **kwargs)
     except Exception as e:  # noqa: BLE001 - any failure of the user's own call
         return f"{type(e).__name__}: {e}"
@@ -76,7 +75,7 @@ class BufferUpdates:
         return bool(self.outputs)
 
 
-class _FlatModule(torch.nn.Module):
+class FlatModule(torch.nn.Module):
     """Takes and returns flat tensor tuples, so the ONNX graph has one input per tensor. Keeps
     what the first traced call saw and returned, for the check of Python number inputs."""
 
@@ -99,49 +98,8 @@ class _FlatModule(torch.nn.Module):
         return tuple(flat)
 
 
-# torch.utils.checkpoint's Function recomputes a segment in backward and differentiates it with
-# autograd, so the engine differentiates the segment itself (python/onnxtrain/_checkpoint.py);
-# every other Function becomes a PythonOp node whose backward is the user's (_python_op.py).
-_CHECKPOINT = "torch.utils.checkpoint.CheckpointFunction"
-
-
 @contextlib.contextmanager
-def _recorded_functions(functions, caller_storages, flat):
-    """While the trace runs, every torch.autograd.Function.apply goes through here: the tracer
-    would inline the Function's forward, and differentiating that would silently ignore the
-    user's backward. Records each application in `functions` (function_key -> FunctionSpec).
-    `caller_storages`: storage addresses of the module's inputs, parameters and buffers. A
-    Python number argument reaching a Function must reach it as the number: `flat` (the
-    _FlatModule being traced) knows the tensors that stand for numbers."""
-    base = torch.autograd.Function
-    had_own = "apply" in base.__dict__
-    original = base.__dict__["apply"] if had_own else torch._C._FunctionBase.__dict__["apply"]
-
-    def apply(cls, *args, **kwargs):
-        torch_apply = original.__get__(None, cls)
-        if kwargs or torch._C._get_tracing_state() is None or cls is _python_op.PythonOpNode:
-            # Off the trace (a Function applied inside another's forward while it is probed), or
-            # keyword arguments, which PyTorch refuses with its own error.
-            return torch_apply(*args, **kwargs)
-        if _python_op.qualified_name(cls) == _CHECKPOINT:  # (run_function, preserve_rng_state, *inputs)
-            return _checkpoint.traced_segment(args)
-        if any(id(a) in flat.traced_scalars for a in args):
-            raise ScalarsMustBeBaked(f"the autograd.Function {_python_op.qualified_name(cls)} takes a Python number "
-                                     "argument of the module")
-        return _python_op.export_application(cls, args, torch_apply, functions, caller_storages)
-
-    base.apply = classmethod(apply)
-    try:
-        yield
-    finally:
-        if had_own:
-            base.apply = original
-        else:
-            del base.apply
-
-
-@contextlib.contextmanager
-def _traced_as_in_training(module):
+def traced_as_in_training(module):
     """Grad enabled and every floating parameter requiring grad while the trace runs: PyTorch's
     eval-mode fast paths (nn.TransformerEncoderLayer, nn.MultiheadAttention) are taken only
     without them, and they call fused kernels that have no ONNX export."""
@@ -157,7 +115,7 @@ def _traced_as_in_training(module):
 
 
 @contextlib.contextmanager
-def _preserved_state(module):
+def preserved_state(module):
     """Export runs forward: keep buffers (BatchNorm statistics) and the RNG where they were."""
     buffers = [(b, b.detach().clone()) for b in module.buffers()]
     rng = torch.random.get_rng_state()
@@ -170,17 +128,17 @@ def _preserved_state(module):
         torch.random.set_rng_state(rng)
 
 
-def _numbers_change_the_result(module, flat, tensors, input_schema):
+def numbers_change_the_result(module, flat, tensors, input_schema):
     """Whether the module, called eagerly with its Python number arguments as the numbers they are,
     returns anything else than the trace computed with them as 0-d tensors: code that checks a
     number's type, or computes with it in another precision, does. Runs from the state the trace
-    started from (buffers and RNG, which _preserved_state restored), so Dropout draws the same."""
+    started from (buffers and RNG, which preserved_state restored), so Dropout draws the same."""
     if flat.first_outputs is None:
         return False
     traced_schema, traced = flat.first_outputs
     args, kwargs = _io.unflatten_inputs(input_schema, tensors, python_scalars=True)
     try:
-        with _preserved_state(module), _traced_as_in_training(module):
+        with preserved_state(module), traced_as_in_training(module):
             out = module(*args, **kwargs)
         flat_out, out_schema = _io.flatten_outputs(out)
     except Exception:  # noqa: BLE001 - eager fails where the trace did not: the numbers matter
@@ -239,20 +197,21 @@ def trace_inputs(tensors):
     return [t[:TRACE_BATCH] for t in tensors], True
 
 
-def export(module, tensors, input_schema, training, full_trace=False):
-    """Exports in a forked child process when possible: the exporter's own memory (its code and
+def export(export_once, module, tensors, input_schema, training, full_trace=False):
+    """Exports with `export_once` (a backend's export_once(module, tensors, input_schema, training)
+    -> Exported) in a forked child process when possible: the exporter's own memory (its code and
     the traced graphs, about 15 MB) then never adds to this process's footprint, and the child's
     side effects (the trace runs the module's forward) vanish with it. ONNXTRAIN_EXPORT_IN_PROCESS=1
     exports here instead; so does anything the child cannot send back (a locally defined output
     class)."""
     if hasattr(os, "fork") and os.environ.get("ONNXTRAIN_EXPORT_IN_PROCESS", "0") in ("", "0"):
-        result = _export_in_child(module, tensors, input_schema, training, full_trace)
+        result = _export_in_child(export_once, module, tensors, input_schema, training, full_trace)
         if result is not None:
             return result
-    return _export(module, tensors, input_schema, training, full_trace)
+    return _export(export_once, module, tensors, input_schema, training, full_trace)
 
 
-def _export_in_child(module, tensors, input_schema, training, full_trace):
+def _export_in_child(export_once, module, tensors, input_schema, training, full_trace):
     """Runs _export in a forked child. Returns None when the child could not send its result."""
     import pickle
 
@@ -266,7 +225,7 @@ def _export_in_child(module, tensors, input_schema, training, full_trace):
             os.close(read_end)
             torch.set_num_threads(1)  # OpenMP's thread pool does not survive fork
             try:
-                outcome = ("ok", _export(module, tensors, input_schema, training, full_trace))
+                outcome = ("ok", _export(export_once, module, tensors, input_schema, training, full_trace))
             except ExportError as e:
                 outcome = ("error", str(e))
             try:
@@ -290,85 +249,17 @@ def _export_in_child(module, tensors, input_schema, training, full_trace):
     return value if kind == "ok" else None
 
 
-def _export(module, tensors, input_schema, training, full_trace=False):
+def _export(export_once, module, tensors, input_schema, training, full_trace=False):
     """Exports `module` called on the inputs described by (tensors, input_schema). The trace first
     runs on a cut-down batch; it is redone at full size when the user's code made it warn (a
     branch or a Python number taken from the data, which a smaller batch could change)."""
     small, shrunk = trace_inputs(tensors)
     if shrunk and not full_trace:
         try:
-            exported = _export_once(module, small, input_schema, training)
+            exported = export_once(module, small, input_schema, training)
         except ExportError:
             exported = None  # e.g. a shape written for the real batch: the full trace decides
         if exported is not None and not any(user for _, user in exported.trace_warnings):
             exported.shrunk = True
             return exported
-    return _export_once(module, tensors, input_schema, training)
-
-
-def _export_once(module, tensors, input_schema, training):
-    import onnx  # deferred: with the export in a child process, only the child loads it
-
-    from . import _rewrite
-
-    flat = _FlatModule(module, input_schema)
-    # Only the wrapper's own flag: train() would also set every submodule's, and a submodule the
-    # user put in eval mode (a frozen BatchNorm) must be traced as eager runs it.
-    flat.training = module.training
-    input_names = [f"input_{i}" for i in range(len(tensors))]
-    dynamic_axes = {name: {d: f"{name}_dim{d}" for d in range(t.dim())} for name, t in zip(input_names, tensors)}
-    buffer = io.BytesIO()
-    # PRESERVE in both modes: each submodule is traced in its own mode, as eager runs it (TRAINING
-    # would put them all in training mode), and EVAL would also run torch's eval peephole, which
-    # folds BatchNorm into Conv as new weights that are not the module's parameters, so they could
-    # neither be fed nor follow the optimizer. The root's mode (`training`) keys the export.
-    mode = torch.onnx.TrainingMode.PRESERVE
-    error = None
-    functions = {}
-    with _preserved_state(module), _traced_as_in_training(module), _symbolics.registered(OPSET), \
-            _recorded_functions(functions, _python_op.storages(list(tensors) + list(module.parameters()) +
-                                                               list(module.buffers())), flat), \
-            _checkpoint.non_reentrant_segments(), _split_guards.guarded_splits(), \
-            warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", torch.jit.TracerWarning)
-        try:
-            torch.onnx.export(
-                flat, tuple(t.detach() for t in tensors), buffer, input_names=input_names,
-                dynamic_axes=dynamic_axes, opset_version=OPSET, training=mode, do_constant_folding=False,
-                export_params=False, keep_initializers_as_inputs=True)
-        except Exception as e:  # noqa: BLE001 - every export failure is reported the same way
-            # Keep only the text: a live exception from a failed torch 1.13 export breaks later exports.
-            error = f"{type(e).__name__}: {e}"
-    if error is not None:
-        raise ExportError(f"torch.onnx.export failed for {type(module).__name__}: {error}")
-    if flat.output_schema is None:
-        raise ExportError(f"torch.onnx.export did not run the forward of {type(module).__name__}")
-
-    model = onnx.load_from_string(buffer.getvalue())
-    num_user_outputs = len(model.graph.output)
-    try:
-        buffer_updates = _rewrite.adapt_to_pytorch(model, module)
-    except ValueError as e:
-        raise ExportError(str(e)) from None
-    graph_inputs = []
-    for graph_input in model.graph.input:
-        name = graph_input.name
-        if name in input_names:
-            graph_inputs.append(("input", input_names.index(name)))
-        elif name.startswith("module."):
-            graph_inputs.append(("param", name[len("module."):]))
-        else:
-            raise ExportError(f"exported graph input {name!r} is neither a module input nor a parameter")
-    # (message, raised by the user's own code): torch's internals warn about harmless checks
-    # (BatchNorm's batch-size check), the user's code about real data-dependent branches.
-    torch_dir = os.path.dirname(torch.__file__)
-    trace_warnings = [(str(w.message), not os.path.abspath(w.filename).startswith(torch_dir))
-                      for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
-    scalars = _io.scalar_positions(input_schema)
-    used = {ref for kind, ref in graph_inputs if kind == "input"}
-    bakes_scalars = bool(scalars) and (any(user for _, user in trace_warnings) or any(i not in used for i in scalars)
-                                       or _numbers_change_the_result(module, flat, tensors, input_schema))
-    return Exported(model.SerializeToString(), graph_inputs, flat.output_schema, num_user_outputs, buffer_updates,
-                    trace_warnings, bakes_scalars, [i.name for i in model.graph.input],
-                    [o.name for o in model.graph.output], any(n.op_type in _RANDOM_OPS for n in model.graph.node),
-                    functions)
+    return export_once(module, tensors, input_schema, training)

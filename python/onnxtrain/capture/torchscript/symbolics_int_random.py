@@ -16,23 +16,25 @@ with other semantics than eager's (merged into _symbolics' table):
   int8 cumsum overflows at 128 in the export): such inputs are cast to int64 first.
 """
 import torch
-from torch.onnx import symbolic_helper as sh
-from torch.onnx import symbolic_opset10 as opset10
+
+from . import torch_onnx
+
+sh = torch_onnx.symbolic_helper
+opset10 = torch_onnx.opset10
+opset11 = torch_onnx.opset11
 
 DOMAIN = "ai.onnxtrain"
 
 
 def _dtype(value):
-    from torch.onnx import _type_utils
 
     name = sh._try_get_scalar_type(value)
-    return None if name is None else _type_utils.JitScalarType.from_name(name).dtype()
+    return None if name is None else torch_onnx.type_utils.JitScalarType.from_name(name).dtype()
 
 
 def _onnx_type(dtype):
-    from torch.onnx import _type_utils
 
-    return _type_utils.JitScalarType.from_dtype(dtype).onnx_type()
+    return torch_onnx.type_utils.JitScalarType.from_dtype(dtype).onnx_type()
 
 
 def _is_scalar_constant(value):
@@ -71,7 +73,7 @@ def _bitwise(onnx_name, bool_name):
         if dtype == torch.bool:
             return g.op(bool_name, a, b)
         if not _is_integer(dtype):
-            raise torch.onnx.errors.SymbolicValueError(
+            raise torch_onnx.SymbolicValueError(
                 f"{onnx_name} needs integer or bool operands, got {dtype}", self)
         return g.op(f"{DOMAIN}::{onnx_name}", a, b)
 
@@ -111,7 +113,7 @@ def _div(g, self, other, *args):
 
 def _multinomial(g, input, num_samples, replacement=None, generator=None):
     if generator is not None and not sh._is_none(generator):
-        raise torch.onnx.errors.SymbolicValueError("multinomial with an explicit generator is not supported", input)
+        raise torch_onnx.SymbolicValueError("multinomial with an explicit generator is not supported", input)
     n = sh._get_const(num_samples, "i", "num_samples")
     with_replacement = bool(sh._maybe_get_const(replacement, "b"))
     rank = sh._get_tensor_rank(input)
@@ -134,7 +136,7 @@ def _multinomial(g, input, num_samples, replacement=None, generator=None):
 
 def _uniform(g, self, low, high, generator=None):
     if generator is not None and not sh._is_none(generator):
-        raise torch.onnx.errors.SymbolicValueError("uniform_ with an explicit generator is not supported", self)
+        raise torch_onnx.SymbolicValueError("uniform_ with an explicit generator is not supported", self)
     return g.op("RandomUniformLike", self, low_f=sh._get_const(low, "f", "from"),
                 high_f=sh._get_const(high, "f", "to"))
 
@@ -155,7 +157,7 @@ def _cumsum(g, self, dim, dtype=None):
     if (dtype is None or sh._is_none(dtype)) and (_is_integer(_dtype(self)) or _dtype(self) == torch.bool) \
             and _dtype(self) != torch.long:
         self = g.op("Cast", self, to_i=_onnx_type(torch.long))
-    return torch.onnx.symbolic_opset11.cumsum(g, self, dim, dtype)
+    return opset11.cumsum(g, self, dim, dtype)
 
 
 SYMBOLICS = {
@@ -169,10 +171,10 @@ SYMBOLICS = {
     "aten::__xor_": _bitwise("BitwiseXor", "Xor"),
     "aten::bitwise_xor": _bitwise("BitwiseXor", "Xor"),
     "aten::bitwise_not": _bitwise_not,
-    "aten::__lshift_": _shift("LEFT", torch.onnx.symbolic_opset11.__lshift_),
-    "aten::__rshift_": _shift("RIGHT", torch.onnx.symbolic_opset11.__rshift_),
-    "aten::bitwise_left_shift": _shift("LEFT", torch.onnx.symbolic_opset11.__lshift_),
-    "aten::bitwise_right_shift": _shift("RIGHT", torch.onnx.symbolic_opset11.__rshift_),
+    "aten::__lshift_": _shift("LEFT", opset11.__lshift_),
+    "aten::__rshift_": _shift("RIGHT", opset11.__rshift_),
+    "aten::bitwise_left_shift": _shift("LEFT", opset11.__lshift_),
+    "aten::bitwise_right_shift": _shift("RIGHT", opset11.__rshift_),
     "aten::floor_divide": _floor_divide,
     "aten::floordiv": _floor_divide,
     "aten::div": _div,

@@ -25,10 +25,11 @@ onnxtrain exports:
 import contextlib
 
 import torch
-from torch.onnx import symbolic_helper as sh
-from torch.onnx import symbolic_opset9 as opset9
 
-from . import _symbolics_int_random
+from . import symbolics_int_random, torch_onnx
+
+sh = torch_onnx.symbolic_helper
+opset9 = torch_onnx.opset9
 
 DOMAIN = "ai.onnxtrain"
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
@@ -139,9 +140,8 @@ def _bernoulli(g, input, *args):
 
 
 def _type_utils_dtype(scalar_type):
-    from torch.onnx import _type_utils
 
-    return _type_utils.JitScalarType.from_name(scalar_type).dtype()
+    return torch_onnx.type_utils.JitScalarType.from_name(scalar_type).dtype()
 
 
 def _log_sigmoid(g, input):
@@ -211,15 +211,15 @@ _SYMBOLICS = {
 }
 
 
-_SYMBOLICS.update(_symbolics_int_random.SYMBOLICS)
+_SYMBOLICS.update(symbolics_int_random.SYMBOLICS)
 
 
 @contextlib.contextmanager
 def registered(opset):
     for name, fn in _SYMBOLICS.items():
-        torch.onnx.register_custom_op_symbolic(name, fn, opset)
+        torch_onnx.register_custom_op_symbolic(name, fn, opset)
     try:
         yield
     finally:
         for name in _SYMBOLICS:
-            torch.onnx.unregister_custom_op_symbolic(name, opset)
+            torch_onnx.unregister_custom_op_symbolic(name, opset)

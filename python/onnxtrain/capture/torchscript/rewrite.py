@@ -20,7 +20,7 @@ import copy
 import onnx
 import torch
 
-from ._export import BufferUpdates
+from ..common import BufferUpdates
 
 DOMAIN = "ai.onnxtrain"
 PREFIX = "module."  # graph inputs that are parameters or buffers are named module.<path>

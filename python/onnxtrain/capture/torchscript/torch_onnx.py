@@ -1,0 +1,37 @@
+"""The TorchScript exporter's modules, wherever this torch keeps them: the one place that knows
+how they moved between torch versions. torch 1.13 and 2.x up to 2.8 have them at torch.onnx.*;
+later 2.x keep them at torch.onnx._internal.torchscript_exporter.* (torch.onnx.symbolic_* are
+shims there that re-export only public names, and symbolic functions are private), and
+torch.onnx.export takes dynamo=True by default."""
+import importlib
+import inspect
+
+import torch
+
+
+def _module(name):
+    for path in (f"torch.onnx._internal.torchscript_exporter.{name}", f"torch.onnx.{name}"):
+        try:
+            return importlib.import_module(path)
+        except ImportError:
+            continue
+    raise ImportError(f"this torch {torch.__version__} has no TorchScript ONNX exporter module {name}")
+
+
+symbolic_helper = _module("symbolic_helper")
+opset9 = _module("symbolic_opset9")
+opset10 = _module("symbolic_opset10")
+opset11 = _module("symbolic_opset11")
+type_utils = _module("_type_utils")
+SymbolicValueError = torch.onnx.errors.SymbolicValueError
+register_custom_op_symbolic = torch.onnx.register_custom_op_symbolic
+unregister_custom_op_symbolic = torch.onnx.unregister_custom_op_symbolic
+
+_TAKES_DYNAMO = "dynamo" in inspect.signature(torch.onnx.export).parameters
+
+
+def export(*args, **kwargs):
+    """torch.onnx.export through the TorchScript-based exporter, on every torch version."""
+    if _TAKES_DYNAMO:
+        kwargs["dynamo"] = False
+    return torch.onnx.export(*args, **kwargs)
