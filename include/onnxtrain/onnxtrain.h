@@ -117,6 +117,18 @@ struct EvalResult {
   double accuracy = -1;
 };
 
+// One node of an audited training step (TrainingSession::audit_step, `onnxtrain audit`): the node
+// recomputed alone in float64 on its own inputs, and the engine's output measured against that.
+struct NodeAuditResult {
+  std::string node, op_type;
+  bool compared = false;  // false: the node has no float64 twin, and `reason` says why
+  double rel_error = 0;   // scaled per op family: `normalization` (README, "Numerics audit")
+  std::string normalization;
+  std::string reason;        // why it was not compared, or how it was judged (random ops)
+  std::string worst_output;  // the output with the largest error
+  std::vector<std::vector<int64_t>> output_shapes;
+};
+
 struct SessionOptions {
   int threads = 0;  // 0: every core
 };
@@ -144,6 +156,10 @@ class ONNXTRAIN_API TrainingSession {
   // Loss (and accuracy) of a batch, without changing anything.
   EvalResult evaluate(const Array& x, const Array& y);
   int64_t step_count() const;  // optimizer steps taken, checkpointed
+  // The numerics audit of one training step on a batch (forward, loss, gradients): one result per
+  // node of the training model, in execution order. Changes nothing: no optimizer update, the
+  // step count stays; random ops draw what train_step would draw at this step.
+  std::vector<NodeAuditResult> audit_step(const Array& x, const Array& y);
 
   // Parameters, optimizer state, step count and `metadata` (free-form strings, e.g. the CLI's
   // epoch and data order): everything a bit-exact resume needs.

@@ -4,6 +4,8 @@ from . import _C, optim, profiler
 from .capture import ExportError, InputDtypeError
 from ._options import DebugOptions, LogLevel
 from .ortmodule import ORTModule
+# After the submodule's import, so that onnxtrain.audit names the function, not the module.
+from .audit import AuditReport, AuditRow, audit  # noqa: E402
 
 EngineError = _C.EngineError
 UnsupportedError = _C.UnsupportedError
@@ -11,4 +13,4 @@ set_num_threads = _C.set_num_threads
 get_num_threads = _C.get_num_threads
 
 __all__ = ["ORTModule", "DebugOptions", "LogLevel", "ExportError", "InputDtypeError", "EngineError", "UnsupportedError",
-           "set_num_threads", "get_num_threads"]
+           "set_num_threads", "get_num_threads", "audit", "AuditReport", "AuditRow"]

@@ -1,5 +1,6 @@
 """The bridge between torch tensors and the C++ sessions of one exported graph."""
 import os
+import threading
 import time
 
 import torch
@@ -25,6 +26,15 @@ def from_capsules(capsules, bool_positions):
     for i in bool_positions:  # torch 1.13's DLPack has no bool: it arrives as uint8
         out[i] = out[i].view(torch.bool)
     return out
+
+
+# The AuditObserver of an onnxtrain.audit call in progress on this thread (None: no audit): the
+# training forward hands it to the engine, which then judges every node of that call.
+_audit = threading.local()
+
+
+def set_audit_observer(observer):
+    _audit.observer = observer
 
 
 def draw_seed():
@@ -65,7 +75,8 @@ class TrainingRun:
     def forward(self, tensors):
         seed = draw_seed() if self.graphs.has_randomness else 0
         start = time.perf_counter()
-        capsules, bools, call = self.session.forward(to_capsules(tensors), seed)
+        observer = getattr(_audit, "observer", None)
+        capsules, bools, call = self.session.forward(to_capsules(tensors), seed, observer)
         outputs = from_capsules(capsules, bools)
         if self.first_run:
             self.first_run = False

@@ -9,6 +9,7 @@
 
 namespace onnxtrain {
 class InferenceSession;
+class NodeObserver;
 
 namespace api {
 
@@ -16,8 +17,10 @@ class GraphRunner {
  public:
   explicit GraphRunner(Graph graph);
   ~GraphRunner();
-  // Inputs and outputs follow the graph's; `seed` drives its random ops.
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs, uint64_t seed);
+  // Inputs and outputs follow the graph's; `seed` drives its random ops; `observer` sees every
+  // node as it runs (the numerics audit).
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, uint64_t seed,
+                          std::shared_ptr<NodeObserver> observer = nullptr);
 
  private:
   std::unique_ptr<InferenceSession> session_;

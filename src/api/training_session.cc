@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "api/internal.h"
+#include "audit/node_audit.h"
 #include "core/error.h"
 #include "onnx/model_io.h"
 #include "api/graph_runner.h"
@@ -225,6 +226,27 @@ float TrainingSession::train_step(const Array& x, const Array& y) {
     for (size_t i = 0; i < n; ++i) s.state.states[k][i] = updated[n * (1 + k) + i];
   ++s.state.step;
   return static_cast<float>(out[0].item_as_double());
+}
+
+std::vector<NodeAuditResult> TrainingSession::audit_step(const Array& x, const Array& y) {
+  Impl& s = *impl_;
+  const auto [xt, yt] = s.batch(x, y);
+  auto observer = std::make_shared<audit::AuditObserver>("training");
+  s.training->run(s.feed(s.training_inputs, xt, yt), static_cast<uint64_t>(s.state.step), observer);
+  std::vector<NodeAuditResult> out;
+  for (const audit::NodeAudit& row : observer->rows()) {
+    NodeAuditResult r;
+    r.node = row.node;
+    r.op_type = row.domain.empty() ? row.op_type : row.domain + "::" + row.op_type;
+    r.compared = row.rel_error.has_value();
+    r.rel_error = row.rel_error.value_or(0.0);
+    r.normalization = row.normalization;
+    r.reason = row.reason;
+    r.worst_output = row.worst_output;
+    for (const TensorShape& shape : row.output_shapes) r.output_shapes.push_back(shape.to_vector());
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 EvalResult TrainingSession::evaluate(const Array& x, const Array& y) {

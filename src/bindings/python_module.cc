@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "audit/node_audit.h"
 #include "bindings/dlpack_convert.h"
 #include "bindings/python_op_bridge.h"
 #include "core/buffer_cache.h"
@@ -57,6 +58,22 @@ py::tuple capsules_from(const std::vector<Tensor>& tensors) {
   return py::make_tuple(caps, bools);
 }
 
+py::dict audit_row_dict(const audit::NodeAudit& row) {
+  py::dict d;
+  d["node"] = row.node;
+  d["op_type"] = row.op_type;
+  d["domain"] = row.domain;
+  d["graph"] = row.phase;
+  d["rel_error"] = row.rel_error ? py::cast(*row.rel_error) : py::none();
+  d["reason"] = row.reason;
+  d["worst_output"] = row.worst_output;
+  d["normalization"] = row.normalization;
+  py::list shapes;
+  for (const auto& s : row.output_shapes) shapes.append(py::tuple(py::cast(s.to_vector())));
+  d["output_shapes"] = shapes;
+  return d;
+}
+
 py::dict stash_entry_dict(const StashReportEntry& e) {
   py::dict d;
   d["name"] = e.name;
@@ -81,13 +98,14 @@ class PyTrainingSession {
     grad_dtypes_ = declared_dtypes(tg.graph, tg.output_grad_inputs);
   }
 
-  py::tuple forward(const py::list& inputs, uint64_t seed) {
+  // `audit`: an AuditObserver that judges every node of this call, forward and backward.
+  py::tuple forward(const py::list& inputs, uint64_t seed, std::shared_ptr<audit::AuditObserver> audit) {
     std::vector<Tensor> in = tensors_from(inputs, input_dtypes_);
     std::vector<Tensor> out;
     std::shared_ptr<ForwardCall> call;
     {
       py::gil_scoped_release nogil;
-      call = session_->forward(in, seed, out);
+      call = session_->forward(in, seed, out, std::move(audit));
     }
     py::tuple caps = capsules_from(out);
     return py::make_tuple(caps[0], caps[1], call);
@@ -246,11 +264,21 @@ PYBIND11_MODULE(_C, m) {
       .def("recomputed_bytes", &ForwardCall::recomputed_bytes)
       .def_property_readonly("backward_done", &ForwardCall::backward_done);
 
+  py::class_<audit::AuditObserver, std::shared_ptr<audit::AuditObserver>>(
+      m, "AuditObserver", "Collects the numerics audit of one training step (onnxtrain.audit)")
+      .def(py::init<>())
+      .def("rows", [](const audit::AuditObserver& a) {
+        py::list out;
+        for (const auto& row : a.rows()) out.append(audit_row_dict(row));
+        return out;
+      });
+
   py::class_<PyTrainingSession>(m, "TrainingSession")
       .def(py::init<const py::bytes&, std::vector<std::string>, std::vector<std::string>, bool, int, std::string>(),
            py::arg("model"), py::arg("wrt"), py::arg("outputs_with_grad") = std::vector<std::string>{},
            py::arg("check_finite") = false, py::arg("opt_level") = -1, py::arg("memory_optimization") = "")
-      .def("forward", &PyTrainingSession::forward, py::arg("inputs"), py::arg("seed") = 0)
+      .def("forward", &PyTrainingSession::forward, py::arg("inputs"), py::arg("seed") = 0,
+           py::arg("audit") = nullptr)
       .def("backward", &PyTrainingSession::backward, py::arg("call"), py::arg("grads"))
       .def("save_graphs", &PyTrainingSession::save_graphs)
       .def_property_readonly("forward_inputs", [](const PyTrainingSession& s) { return s.graph().forward_inputs; })

@@ -30,14 +30,6 @@ void require_file(const std::string& path, const std::string& what) {
   if (fs::is_directory(path, ec)) throw Error(what + " " + path + " is a directory, not a file");
 }
 
-void require_artifacts(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    throw Error("artifacts directory " + dir + " does not exist; create it with `onnxtrain artifacts MODEL.onnx --out " +
-                dir + "`");
-  }
-}
-
 void check_parameter_names(const std::vector<std::string>& names, const std::vector<std::string>& known,
                            const char* option) {
   for (const std::string& name : names) {
@@ -45,17 +37,6 @@ void check_parameter_names(const std::vector<std::string>& names, const std::vec
       throw Error("unknown parameter '" + name + "' given to " + option + "; the model's parameters are: " + join(known));
     }
   }
-}
-
-// The checkpoint eval and export read: an explicit one, else the trained one, else the initial one.
-std::string checkpoint_to_read(const std::string& dir, const std::string& explicit_path) {
-  if (!explicit_path.empty()) {
-    require_file(explicit_path, "checkpoint");
-    return explicit_path;
-  }
-  const std::string trained = trained_checkpoint_path(dir);
-  std::error_code ec;
-  return fs::exists(trained, ec) ? trained : "";
 }
 
 // Metadata the checkpoint carries for a bit-exact --resume: where in the data order the run is.
@@ -106,6 +87,24 @@ struct RunState {
 
 std::string trained_checkpoint_path(const std::string& artifacts_dir) {
   return (fs::path(artifacts_dir) / "trained_checkpoint").string();
+}
+
+void require_artifacts(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw Error("artifacts directory " + dir + " does not exist; create it with `onnxtrain artifacts MODEL.onnx --out " +
+                dir + "`");
+  }
+}
+
+std::string checkpoint_to_read(const std::string& dir, const std::string& explicit_path) {
+  if (!explicit_path.empty()) {
+    require_file(explicit_path, "checkpoint");
+    return explicit_path;
+  }
+  const std::string trained = trained_checkpoint_path(dir);
+  std::error_code ec;
+  return fs::exists(trained, ec) ? trained : "";
 }
 
 void run_artifacts(const ArtifactsCommand& command) {

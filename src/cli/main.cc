@@ -3,6 +3,7 @@
 //   onnxtrain train DIR --data TRAIN.npz [--epochs N] [--batch-size B] [--lr LR] [--resume] ...
 //   onnxtrain eval DIR --data TEST.npz
 //   onnxtrain export DIR --out TRAINED.onnx
+//   onnxtrain audit DIR --data D.npz [--top N] [--json PATH]
 // Any failure is one line on stderr and exit status 1 (2 for a malformed command line).
 #include <CLI/CLI.hpp>
 
@@ -92,6 +93,19 @@ void add_export(CLI::App& app, cli::ExportCommand& command) {
   sub->callback([&command] { cli::run_export(command); });
 }
 
+void add_audit(CLI::App& app, cli::AuditCommand& command) {
+  CLI::App* sub = app.add_subcommand("audit", "Check every node of one training step (the first batch) against "
+                                              "its float64 twin and print the worst nodes");
+  sub->add_option("DIR", command.artifacts_dir, "The artifacts directory")->required();
+  sub->add_option("--data", command.data_path, "An .npz file with arrays x and y; the first batch is audited")->required();
+  sub->add_option("--checkpoint", command.checkpoint_path, "Checkpoint to audit (default: the trained one, else the initial one)");
+  sub->add_option("--batch-size", command.batch_size, "Examples in the audited batch")->capture_default_str();
+  sub->add_option("--top", command.top, "Nodes in the table, worst first")->capture_default_str();
+  sub->add_option("--json", command.json_path, "Also write every node's result to this JSON file");
+  sub->add_option("--threads", command.threads, "Threads (0: every core)")->capture_default_str();
+  sub->callback([&command] { cli::run_audit(command); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,14 +115,16 @@ int main(int argc, char** argv) {
   cli::TrainCommand train;
   cli::EvalCommand eval;
   cli::ExportCommand export_command;
+  cli::AuditCommand audit;
   add_artifacts(app, artifacts);
   add_train(app, train);
   add_eval(app, eval);
   add_export(app, export_command);
-  const std::vector<std::string> subcommands = {"artifacts", "train", "eval", "export"};
+  add_audit(app, audit);
+  const std::vector<std::string> subcommands = {"artifacts", "train", "eval", "export", "audit"};
   if (argc > 1 && argv[1][0] != '-' &&
       std::find(subcommands.begin(), subcommands.end(), argv[1]) == subcommands.end()) {
-    return report("unknown subcommand '" + std::string(argv[1]) + "'; use artifacts, train, eval or export "
+    return report("unknown subcommand '" + std::string(argv[1]) + "'; use artifacts, train, eval, export or audit "
                   "(see onnxtrain --help)", 2);
   }
   try {

@@ -110,9 +110,17 @@ void* KernelContext::scratch(size_t bytes) {
 
 ThreadPool& KernelContext::threads() const { return state_.pool; }
 
+namespace {
+constexpr uint64_t kNodeSeedStride = 0x9E3779B97F4A7C15ULL;
+}  // namespace
+
+uint64_t single_node_run_seed(uint64_t run_seed, int node_index) {
+  return run_seed + kNodeSeedStride * static_cast<uint64_t>(node_index);  // wraps, as the mix does
+}
+
 uint64_t KernelContext::random_seed() const {
   // splitmix64 of (run seed, node index): independent streams per node.
-  uint64_t z = state_.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(node_index_ + 1);
+  uint64_t z = state_.seed + kNodeSeedStride * static_cast<uint64_t>(node_index_ + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
@@ -201,6 +209,7 @@ void execute(RunState& state, size_t begin, size_t end, const char* phase) {
                cn.node->describe(), " did not produce its output '", cn.node->outputs[o], "'");
     }
     if (state.options.check_finite) check_outputs_finite(state, cn);
+    if (state.observer) state.observer->node_ran(state, k);
     for (int id : state.program.release_after(k)) {
       Tensor& value = state.values[static_cast<size_t>(id)];
       if (!state.noted_ids.empty()) note_released(state, id, value);

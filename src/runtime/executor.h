@@ -12,6 +12,16 @@
 namespace onnxtrain {
 
 class ThreadPool;
+struct RunState;
+
+// Watches a run node by node (the numerics audit, audit/node_audit.h). Called after each node
+// has run, while its inputs and outputs are still live (before the values it read last are
+// released): arena memory is reused later, so an observer that keeps a value must copy it.
+class NodeObserver {
+ public:
+  virtual ~NodeObserver() = default;
+  virtual void node_ran(const RunState& state, size_t node_index) = 0;
+};
 
 struct RunOptions {
   bool check_finite = false;  // raise on the first node producing NaN or Inf
@@ -36,7 +46,13 @@ struct RunState {
   // noted (DType::Undefined until the value is released).
   std::vector<int> noted_ids;
   std::vector<std::pair<DType, TensorShape>> noted;
+  // Shared: a forward call hands its state to the backward, which may run after the caller let go.
+  std::shared_ptr<NodeObserver> observer;
 };
+
+// The seed a run of a one-node program needs so that its node draws what node `node_index` of a
+// run seeded with `run_seed` drew (KernelContext::random_seed mixes the seed with the index).
+uint64_t single_node_run_seed(uint64_t run_seed, int node_index);
 
 // Runs nodes [begin, end). Values become dead after their last reader and are released.
 // Kernel failures are rethrown naming the node, its op and its input tensors. `phase` labels the

@@ -147,13 +147,15 @@ TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions opt
 }
 
 std::shared_ptr<ForwardCall> TrainingSession::forward(const std::vector<Tensor>& inputs, uint64_t seed,
-                                                      std::vector<Tensor>& outputs) {
+                                                      std::vector<Tensor>& outputs,
+                                                      std::shared_ptr<NodeObserver> observer) {
   const TrainingGraph& tg = *graph_;
   check_inputs(tg.graph, tg.forward_inputs, inputs);
   auto call = std::make_shared<ForwardCall>();
   call->graph_ = graph_;
   call->run_ = std::make_unique<Run>(runner_, shape_signature(inputs), seed);
   RunState& state = call->run_->state();
+  state.observer = std::move(observer);
   for (size_t i = 0; i < inputs.size(); ++i) state.values[static_cast<size_t>(forward_input_ids_[i])] = inputs[i];
   if (!recomputed_ids_.empty()) {  // their shapes, for the report, as the forward releases them
     state.noted_ids = recomputed_ids_;
@@ -236,11 +238,13 @@ InferenceSession::InferenceSession(Graph graph, bool check_finite, int opt_level
   output_ids_ = ids_of(runner_->program(), runner_->program().graph().outputs);
 }
 
-std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs, uint64_t seed) {
+std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs, uint64_t seed,
+                                          std::shared_ptr<NodeObserver> observer) {
   const Graph& g = runner_->program().graph();
   check_inputs(g, g.inputs, inputs);
   Run run(runner_, shape_signature(inputs), seed);
   RunState& state = run.state();
+  state.observer = std::move(observer);
   for (size_t i = 0; i < inputs.size(); ++i) state.values[static_cast<size_t>(input_ids_[i])] = inputs[i];
   {
     FlushDenormalScope ftz;

@@ -63,8 +63,10 @@ class TrainingSession {
   const Program& program() const { return runner_->program(); }
   const PlannedRunner& runner() const { return *runner_; }
 
-  // Runs the forward part. Outputs follow training_graph().forward_outputs.
-  std::shared_ptr<ForwardCall> forward(const std::vector<Tensor>& inputs, uint64_t seed, std::vector<Tensor>& outputs);
+  // Runs the forward part. Outputs follow training_graph().forward_outputs. An `observer` sees
+  // every node of this call, forward and then backward (the numerics audit).
+  std::shared_ptr<ForwardCall> forward(const std::vector<Tensor>& inputs, uint64_t seed, std::vector<Tensor>& outputs,
+                                       std::shared_ptr<NodeObserver> observer = nullptr);
   // Runs the backward part of `call`. Gradients follow training_graph().differentiable_outputs;
   // an undefined tensor stands for zeros. Returns gradients parallel to training_graph().wrt,
   // undefined where no gradient reaches.
@@ -86,7 +88,8 @@ class InferenceSession {
  public:
   explicit InferenceSession(Graph graph, bool check_finite = false, int opt_level = -1);
   const Program& program() const { return runner_->program(); }
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs, uint64_t seed);
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, uint64_t seed,
+                          std::shared_ptr<NodeObserver> observer = nullptr);
 
  private:
   std::shared_ptr<PlannedRunner> runner_;

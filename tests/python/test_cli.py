@@ -136,7 +136,7 @@ def splitmix_orders(seed, n, epochs):
 
 def test_help_lists_the_subcommands():
     result = run("--help")
-    for sub in ("artifacts", "train", "eval", "export"):
+    for sub in ("artifacts", "train", "eval", "export", "audit"):
         assert sub in result.stdout
     assert "--resume" in run("train", "--help").stdout
 
@@ -406,3 +406,29 @@ def test_error_bad_values(artifacts, setup):
     run_failing("eval", artifacts, "--data", setup["data"], "--checkpoint", setup["tmp"] / "none",
                 expect="checkpoint")
     run_failing("train", artifacts, "--data", setup["data"], "--drop-last", "--batch-size", 1000, expect="no batch")
+
+
+def test_audit_prints_the_worst_nodes_and_writes_every_node_as_json(setup):
+    art = setup["tmp"] / "art"
+    run("artifacts", setup["onnx"], "--out", art, "--optimizer", "sgd")
+    before = (art / "checkpoint").read_bytes()
+    report = setup["tmp"] / "audit.json"
+    result = run("audit", art, "--data", setup["data"], "--batch-size", 8, "--top", 3, "--json", report)
+    lines = result.stdout.splitlines()
+    assert "compared with their float64 twin" in lines[0], result.stdout
+    assert lines[1].split()[:3] == ["rel_error", "op_type", "node"], result.stdout
+    assert len(lines) == 2 + 3, result.stdout  # --top 3, and every node of an MLP has a twin
+    rows = json.loads(report.read_text())
+    ops = {r["op_type"] for r in rows}
+    assert {"Gemm", "Relu"} <= ops, ops
+    assert all(r["rel_error"] is not None and r["rel_error"] < 1e-5 for r in rows), rows
+    assert max(r["rel_error"] for r in rows) == pytest.approx(float(lines[2].split()[0]), rel=0.01)
+    assert (art / "checkpoint").read_bytes() == before  # the audit trains nothing
+    assert not (art / "trained_checkpoint").exists()
+
+
+def test_audit_errors_are_one_line(setup):
+    run_failing("audit", setup["tmp"] / "missing", "--data", setup["data"], expect="does not exist")
+    art = setup["tmp"] / "art"
+    run("artifacts", setup["onnx"], "--out", art)
+    run_failing("audit", art, "--data", setup["data"], "--batch-size", 0, expect="--batch-size")

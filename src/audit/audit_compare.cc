@@ -1,0 +1,224 @@
+#include "audit/audit_compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_set>
+
+namespace onnxtrain::audit {
+namespace {
+
+// Below this a scale is no scale: an output whose terms are all (nearly) zero is judged on the
+// absolute difference instead, so 0 against 1e-300 is no failure and 0 against 1 is.
+constexpr double kTinyScale = 1e-30;
+
+bool is_sum_of_terms_op(const Node& node) {
+  static const std::unordered_set<std::string> ops = {
+      "MatMul", "MatMulGradA", "MatMulGradB", "Gemm", "FusedMatMul", "Conv", "ConvTranspose", "ConvGradX",
+      "ConvGradW", "ConvGradB", "ConvTransposeGradX", "ConvTransposeGradW", "Einsum", "ReduceSum", "ReduceMean",
+      "ReduceSumTo", "ReduceSumSquare", "ReduceL1", "CumSum", "Sum", "Mean", "Add", "AveragePool",
+      "AveragePoolGrad", "GlobalAveragePool", "GlobalAveragePoolGrad", "AdaptiveAveragePool",
+      "AdaptiveAveragePoolGrad", "GatherGrad"};
+  return ops.count(node.op_type) > 0;
+}
+
+// Outputs of the normalizations that are per-channel sums: the batch means (running and saved),
+// and in training-mode BatchNormGrad dscale = sum(dY * xhat) and dB = sum(dY). A channel whose
+// inputs average to zero (after a 1x1 convolution of normalized activations, say) has a mean that
+// is rounding noise; judged against the largest channel it would read as a failure.
+bool is_channel_sum_output(const Node& node, size_t index) {
+  const std::string& op = node.op_type;
+  if (op == "BatchNormTraining" || op == "BatchNormalization") return index == 1 || index == 3;
+  if (op == "BatchNormGrad") return node.attr_int("training_mode", 1) != 0 && (index == 1 || index == 2);
+  return false;
+}
+
+// Output index -> the index output of a decision op, or false.
+bool is_selected_index_output(const Node& node, size_t index) {
+  const std::string& op = node.op_type;
+  if (op == "ArgMax" || op == "ArgMin") return index == 0;
+  if (op == "TopK") return index == 1;
+  // storage_order 1 lays the flat indices out column-major: judged exactly instead.
+  if (op == "MaxPool") return index == 1 && node.attr_int("storage_order", 0) == 0;
+  return false;
+}
+
+bool same_value(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+double difference(double a, double b) {
+  if (same_value(a, b)) return 0.0;
+  const double d = std::fabs(a - b);
+  return std::isnan(d) ? std::numeric_limits<double>::infinity() : d;  // NaN against a number
+}
+
+double max_abs(const double* p, int64_t n) {
+  double m = 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isfinite(p[i])) m = std::max(m, std::fabs(p[i]));
+  return m;
+}
+
+double output_scale_error(const Tensor& engine, const Tensor& twin) {
+  const double* a = engine.data<double>();
+  const double* b = twin.data<double>();
+  double worst = 0.0;
+  for (int64_t i = 0; i < engine.numel(); ++i) worst = std::max(worst, difference(a[i], b[i]));
+  return worst / std::max(max_abs(b, twin.numel()), kTinyScale);
+}
+
+double sum_of_terms_error(const Tensor& engine, const Tensor& twin, const Tensor& terms) {
+  OT_CHECK(terms.defined() && terms.numel() == twin.numel(), "the absolute-terms run gave ",
+           terms.defined() ? terms.str() : std::string("nothing"), " for an output ", twin.str());
+  const double* a = engine.data<double>();
+  const double* b = twin.data<double>();
+  const double* s = terms.data<double>();
+  double worst = 0.0;
+  for (int64_t i = 0; i < engine.numel(); ++i)
+    worst = std::max(worst, difference(a[i], b[i]) / std::max(std::fabs(s[i]), kTinyScale));
+  return worst;
+}
+
+double exact_error(const Tensor& engine, const Tensor& twin) {
+  if (engine.numel() == 0) return 0.0;
+  int64_t differing = 0;
+  for (int64_t i = 0; i < engine.numel(); ++i)
+    differing += !same_value(engine.item_as_double(i), twin.item_as_double(i));
+  return static_cast<double>(differing) / static_cast<double>(engine.numel());
+}
+
+// The input value an index selects: flat (axis < 0) or along `axis`, the index tensor laid out as
+// [outer, m, inner] around that axis (keepdims or not, the element order is the same).
+class IndexedValues {
+ public:
+  IndexedValues(const Tensor& x, const Tensor& indices, int axis) : x_(x) {
+    if (axis < 0) return;
+    OT_CHECK(axis < x.rank(), "axis ", axis, " is outside the indexed input ", x.str());
+    outer_ = x.shape().size_between(0, axis);
+    inner_ = x.shape().size_between(axis + 1, x.rank());
+    extent_ = x.dim(axis);
+    const int64_t rows = outer_ * inner_;
+    per_row_ = rows > 0 ? indices.numel() / rows : 0;
+    flat_ = false;
+  }
+  // NaN for an index outside the input: it then differs from any value.
+  double at(int64_t element, int64_t index) const {
+    if (flat_) return index >= 0 && index < x_.numel() ? x_.data<double>()[index] : std::nan("");
+    if (index < 0 || index >= extent_) return std::nan("");
+    const int64_t o = element / (per_row_ * inner_), i = element % inner_;
+    return x_.data<double>()[(o * extent_ + index) * inner_ + i];
+  }
+
+ private:
+  const Tensor& x_;
+  bool flat_ = true;
+  int64_t outer_ = 1, inner_ = 1, extent_ = 0, per_row_ = 1;
+};
+
+double selected_value_error(const Tensor& engine, const Tensor& twin, const Tensor& x, int axis) {
+  OT_CHECK(x.defined() && x.dtype() == DType::Float64, "indices are judged by a float64 input, got ",
+           x.defined() ? x.str() : std::string("none"));
+  const IndexedValues values(x, engine, axis);
+  double worst = 0.0;
+  for (int64_t e = 0; e < engine.numel(); ++e) {
+    const int64_t i32 = engine.item_as_int(e), i64 = twin.item_as_int(e);
+    if (i32 != i64) worst = std::max(worst, difference(values.at(e, i32), values.at(e, i64)));
+  }
+  return worst / std::max(max_abs(x.data<double>(), x.numel()), kTinyScale);
+}
+
+}  // namespace
+
+const char* error_scale_name(ErrorScale scale) {
+  switch (scale) {
+    case ErrorScale::SumOfTerms: return "sum_of_terms";
+    case ErrorScale::OutputScale: return "output_scale";
+    case ErrorScale::Exact: return "exact";
+    case ErrorScale::SelectedValue: return "selected_value";
+  }
+  return "unknown";
+}
+
+ErrorScale error_scale_of(const Node& node, size_t index, DType output_dtype) {
+  if (is_selected_index_output(node, index)) return ErrorScale::SelectedValue;
+  if (!is_floating(output_dtype)) return ErrorScale::Exact;
+  return is_sum_of_terms_op(node) || is_channel_sum_output(node, index) ? ErrorScale::SumOfTerms
+                                                                         : ErrorScale::OutputScale;
+}
+
+bool terms_need_their_own_formula(const Node& node, size_t index) {
+  return node.op_type == "BatchNormGrad" && index == 1;
+}
+
+Tensor batch_norm_scale_grad_terms(const Tensor& dy, const Tensor& x, const Tensor& saved_mean,
+                                   const Tensor& saved_inv_std, double epsilon) {
+  OT_CHECK(x.dtype() == DType::Float64 && dy.dtype() == DType::Float64 && x.rank() >= 2 && dy.shape() == x.shape(),
+           "BatchNormGrad terms need float64 dY and X of one shape [N, C, ...], got ", dy.str(), " and ", x.str());
+  const int64_t batch = x.dim(0), channels = x.dim(1), size = x.shape().size_between(2, x.rank());
+  const double count = static_cast<double>(std::max<int64_t>(batch * size, 1));
+  const double* px = x.data<double>();
+  const double* pdy = dy.data<double>();
+  Tensor terms = Tensor::zeros(DType::Float64, {channels});
+  double* out = terms.data<double>();
+  for (int64_t c = 0; c < channels; ++c) {
+    auto over_channel = [&](auto&& fn) {
+      for (int64_t n = 0; n < batch; ++n)
+        for (int64_t i = 0; i < size; ++i) fn((n * channels + c) * size + i);
+    };
+    double mean = 0, var = 0;
+    if (saved_mean.defined()) {
+      mean = saved_mean.item_as_double(c);
+    } else {
+      over_channel([&](int64_t k) { mean += px[k]; });
+      mean /= count;
+    }
+    double inv_std = 0;
+    if (saved_inv_std.defined()) {
+      inv_std = saved_inv_std.item_as_double(c);
+    } else {
+      over_channel([&](int64_t k) { var += (px[k] - mean) * (px[k] - mean); });
+      inv_std = 1.0 / std::sqrt(var / count + epsilon);
+    }
+    double sum = 0;
+    over_channel([&](int64_t k) { sum += std::fabs(pdy[k]) * std::fabs(px[k] - mean); });
+    out[c] = sum * std::fabs(inv_std);
+  }
+  return terms;
+}
+
+Tensor widen_to_float64(const Tensor& t) {
+  if (!t.defined() || t.is_list() || !is_floating(t.dtype()) || t.dtype() == DType::Float64) return t;
+  Tensor out = Tensor::empty(DType::Float64, t.shape());
+  double* p = out.data<double>();
+  if (t.dtype() == DType::Float32) {
+    const float* q = t.data<float>();
+    std::copy(q, q + t.numel(), p);
+  } else {
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = t.item_as_double(i);  // float16, bfloat16
+  }
+  return out;
+}
+
+Tensor absolute(const Tensor& t) {
+  if (!t.defined() || t.dtype() != DType::Float64) return t;
+  Tensor out = Tensor::empty(DType::Float64, t.shape());
+  const double* q = t.data<double>();
+  double* p = out.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::fabs(q[i]);
+  return out;
+}
+
+double output_error(ErrorScale scale, const Tensor& engine, const Tensor& twin, const Tensor& terms,
+                    const Tensor& selected_from, int axis) {
+  OT_CHECK(engine.shape() == twin.shape(), "the float64 twin gave ", twin.str(), " where the engine gave ",
+           engine.str());
+  switch (scale) {
+    case ErrorScale::Exact: return exact_error(engine, twin);
+    case ErrorScale::SelectedValue: return selected_value_error(engine, twin, selected_from, axis);
+    case ErrorScale::OutputScale: return output_scale_error(widen_to_float64(engine), widen_to_float64(twin));
+    case ErrorScale::SumOfTerms:
+      return sum_of_terms_error(widen_to_float64(engine), widen_to_float64(twin), widen_to_float64(terms));
+  }
+  return 0.0;
+}
+
+}  // namespace onnxtrain::audit
