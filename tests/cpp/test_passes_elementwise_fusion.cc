@@ -143,6 +143,24 @@ TEST(ElementwiseFusion, AnOutputNarrowerThanTheLoopIsComputedAtItsOwnShape) {
                           random_tensor(DType::Float64, {6, 5}, 11)});
 }
 
+TEST(ElementwiseFusion, ChainsThatShareOnlyAnOperandNeedNotBroadcastTogether) {
+  // As torch 2.x exports attention's scaling: sqrt(scale) multiplies q [2, 3, 4] and k^T [2, 4, 3],
+  // whose shapes do not broadcast with each other. The group holds both products.
+  Graph g;
+  add_input(g, "scale", DType::Float64, {1});
+  add_input(g, "q", DType::Float64, {2, 3, 4});
+  add_input(g, "kt", DType::Float64, {2, 4, 3});
+  g.add_node({"sqrt", "Sqrt", "", {"scale"}, {"root"}, {}});
+  g.add_node({"mul_q", "Mul", "", {"q", "root"}, {"q_scaled"}, {}});
+  g.add_node({"mul_k", "Mul", "", {"kt", "root"}, {"k_scaled"}, {}});
+  g.outputs = {"q_scaled", "k_scaled"};
+  Graph fused = g;
+  EXPECT_TRUE(fuse_elementwise(fused));
+  EXPECT_EQ(count_ops(fused, "FusedElementwise"), 1);
+  expect_same_numbers(g, {random_tensor(DType::Float64, {1}, 12, 0.5, 2.0), random_tensor(DType::Float64, {2, 3, 4}, 13),
+                          random_tensor(DType::Float64, {2, 4, 3}, 14)});
+}
+
 TEST(ElementwiseFusion, BackwardChainsFuseInATrainingGraph) {
   Graph g;
   add_input(g, "x", DType::Float32, {16, 40});

@@ -2,7 +2,7 @@
 
 namespace onnxtrain {
 
-TensorShape broadcast_shapes(const std::vector<TensorShape>& shapes, const char* what) {
+std::optional<TensorShape> try_broadcast_shapes(const std::vector<TensorShape>& shapes) {
   int rank = 0;
   for (const auto& s : shapes) rank = std::max(rank, s.rank());
   TensorShape out;
@@ -13,16 +13,21 @@ TensorShape broadcast_shapes(const std::vector<TensorShape>& shapes, const char*
       int64_t& o = out[offset + d];
       int64_t v = s[d];
       if (v == o || v == 1) continue;
-      if (o == 1) {
-        o = v;
-        continue;
-      }
-      std::string all;
-      for (const auto& t : shapes) all += (all.empty() ? "" : ", ") + t.str();
-      OT_THROW(what, ": shapes ", all, " do not broadcast");
+      if (o != 1) return std::nullopt;
+      o = v;
     }
   }
   return out;
+}
+
+TensorShape broadcast_shapes(const std::vector<TensorShape>& shapes, const char* what) {
+  std::optional<TensorShape> out = try_broadcast_shapes(shapes);
+  if (!out) {
+    std::string all;
+    for (const auto& t : shapes) all += (all.empty() ? "" : ", ") + t.str();
+    OT_THROW(what, ": shapes ", all, " do not broadcast");
+  }
+  return *out;
 }
 
 std::array<int64_t, TensorShape::kMaxRank> broadcast_strides(const TensorShape& in, const TensorShape& out) {

@@ -3,6 +3,7 @@
 // broadcast dims), merging adjacent dims where every operand allows it, and hands each
 // innermost run to a callback that can vectorize over it.
 #include <array>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -13,6 +14,8 @@ class ThreadPool;
 
 // The broadcast of several shapes; throws naming `what` and the shapes when they do not broadcast.
 TensorShape broadcast_shapes(const std::vector<TensorShape>& shapes, const char* what);
+// The same, or nullopt where the shapes do not broadcast.
+std::optional<TensorShape> try_broadcast_shapes(const std::vector<TensorShape>& shapes);
 
 // Element strides of `in` read as `out` (right-aligned, 0 where `in` is broadcast).
 std::array<int64_t, TensorShape::kMaxRank> broadcast_strides(const TensorShape& in, const TensorShape& out);

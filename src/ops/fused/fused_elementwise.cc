@@ -248,7 +248,9 @@ class FusedElementwiseKernel final : public Kernel {
                ctx.input(0).str());
       shapes.push_back(t.shape());
     }
-    const TensorShape shape = broadcast_shapes(shapes, "FusedElementwise");
+    // The inputs need not broadcast together: a group may hold independent chains that share an
+    // operand (a scale multiplying both q and k^T, of other shapes), which run op by op.
+    const std::optional<TensorShape> joint = try_broadcast_shapes(shapes);
     // Each register's own shape: an output narrower than the broadcast (two broadcast operands
     // combined before meeting a full one) cannot come out of the blocked loop.
     std::vector<TensorShape> reg_shapes = shapes;
@@ -259,11 +261,11 @@ class FusedElementwiseKernel final : public Kernel {
                                ? broadcast_shapes({a, reg_shapes[static_cast<size_t>(args_[2 * k + 1])]}, "FusedElementwise")
                                : a);
     }
-    bool blocked = true;
-    for (int64_t r : outputs_) blocked = blocked && reg_shapes[static_cast<size_t>(r)] == shape;
+    bool blocked = joint.has_value();
+    for (int64_t r : outputs_) blocked = blocked && reg_shapes[static_cast<size_t>(r)] == *joint;
     dispatch_float(dtype, "FusedElementwise", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if (blocked) run_blocked<T>(ctx, shape, shapes);
+      if (blocked) run_blocked<T>(ctx, *joint, shapes);
       else run_op_by_op<T>(ctx, reg_shapes);
     });
   }

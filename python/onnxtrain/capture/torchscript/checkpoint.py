@@ -9,7 +9,9 @@ src/passes/recompute.cc). A Dropout inside is recomputed from the mask its forwa
 recompute sees the same mask, as torch's preserve_rng_state gives eager.
 """
 import contextlib
+import inspect
 import itertools
+import types
 
 import torch
 import torch.utils.checkpoint
@@ -81,17 +83,45 @@ def traced_segment(args, kwargs=None):
     return outputs  # another structure: traced unmarked, its values stashed as without checkpoint
 
 
-@contextlib.contextmanager
-def non_reentrant_segments():
-    """While the export traces: checkpoint(..., use_reentrant=False), which applies no Function,
-    goes through traced_segment too."""
-    original = torch.utils.checkpoint._checkpoint_without_reentrant
+def _trampoline(function, *args, **kwargs):
+    # Runs as torch.utils.checkpoint.checkpoint's code (see marked_checkpoints), so its globals are
+    # that module's.
+    return _onnxtrain_checkpoint(function, *args, **kwargs)  # noqa: F821 - set by marked_checkpoints
 
-    def marked(function, preserve_rng_state=True, *args, **kwargs):
+
+# checkpoint()'s options that only change how eager recomputes: the engine recomputes on its own.
+_EAGER_OPTIONS = ("context_fn", "determinism_check", "debug", "early_stop", "respect_saved_tensors_hooks")
+
+
+@contextlib.contextmanager
+def marked_checkpoints():
+    """While the export traces: every torch.utils.checkpoint.checkpoint call, reentrant or not,
+    traces its segment between boundary markers. The function's own code is swapped for a
+    trampoline for the trace's duration, since callers hold the function itself (a from-import,
+    a functools.partial, as Hugging Face's gradient checkpointing does), and torch's non-reentrant
+    implementation changed between versions (torch 2.x runs it as a generator around the call,
+    which cannot hand the segment other tensors). Outside a trace, the call runs torch's code."""
+    # torch 2.x wraps checkpoint (to keep dynamo out of it); the wrapper calls the function itself.
+    target = inspect.unwrap(torch.utils.checkpoint.checkpoint)
+    original_code = target.__code__
+    untouched = types.FunctionType(original_code, target.__globals__, target.__name__, target.__defaults__,
+                                   target.__closure__)
+    untouched.__kwdefaults__ = target.__kwdefaults__
+
+    def marked(function, *args, use_reentrant=None, **kwargs):
+        if torch._C._get_tracing_state() is None:
+            return untouched(function, *args, use_reentrant=use_reentrant, **kwargs)
+        preserve_rng_state = kwargs.pop("preserve_rng_state", True)
+        for option in _EAGER_OPTIONS:
+            kwargs.pop(option, None)
+        if kwargs and use_reentrant:
+            raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
         return traced_segment((function, preserve_rng_state) + args, kwargs)
 
-    torch.utils.checkpoint._checkpoint_without_reentrant = marked
+    target.__globals__["_onnxtrain_checkpoint"] = marked
+    target.__code__ = _trampoline.__code__
     try:
         yield
     finally:
-        torch.utils.checkpoint._checkpoint_without_reentrant = original
+        target.__code__ = original_code
+        target.__globals__.pop("_onnxtrain_checkpoint", None)
