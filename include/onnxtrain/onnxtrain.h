@@ -16,6 +16,14 @@
 //   session.save_checkpoint("artifacts/checkpoint");
 //   session.export_inference_model("trained.onnx");                   // the model with new weights
 //
+// Parameters and state: a parameter is a floating-point initializer that the optimizer updates from
+// its gradient (or a frozen one). State is what the training model updates by itself every step:
+// the running mean and variance of each training-mode BatchNormalization (a model exported with
+// torch.onnx.export(..., training=TrainingMode.TRAINING)), and a num_batches_tracked beside them
+// where the model has one. It is updated exactly as PyTorch updates its BatchNorm buffers
+// (momentum, the unbiased batch variance), checkpointed with the parameters, and the eval and
+// exported models normalize with it (inference mode). State never trains and has no optimizer state.
+//
 // Every call that fails throws onnxtrain::Error (a std::runtime_error) whose message names what is
 // wrong: the file, the parameter, the input and its shape. Only this header is installed; the
 // engine's internals are not part of the API.
@@ -35,6 +43,7 @@ namespace onnxtrain {
 inline namespace v1 {
 
 struct ArtifactOptions;
+struct ArtifactSummary;
 
 enum class ElementType { Float32, Float64, Int32, Int64, Bool, UInt8 };
 
@@ -67,13 +76,15 @@ class ONNXTRAIN_API Model {
 
   std::vector<std::string> input_names() const;   // graph inputs that are not initializers
   std::vector<std::string> output_names() const;
-  std::vector<std::string> parameter_names() const;  // floating-point initializers
+  std::vector<std::string> parameter_names() const;  // floating-point initializers that are not state
+  // The initializers that training updates as state (BatchNorm statistics), in node order.
+  std::vector<std::string> state_names() const;
 
  private:
   struct Impl;
   explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
-  friend void generate_artifacts(const Model&, const std::string&, const ArtifactOptions&);
+  friend ArtifactSummary generate_artifacts(const Model&, const std::string&, const ArtifactOptions&);
 };
 
 enum class Loss {
@@ -89,8 +100,8 @@ enum class Optimizer {
 };
 
 struct ArtifactOptions {
-  // Either list the trainable parameters, or the frozen ones (every other floating-point
-  // initializer trains); naming both, or an initializer the model lacks, is an error.
+  // Either list the trainable parameters, or the frozen ones (every other parameter trains);
+  // naming both, an initializer the model lacks, or a state tensor is an error.
   std::vector<std::string> trainable;
   std::vector<std::string> frozen;
   Loss loss = Loss::CrossEntropy;
@@ -102,13 +113,23 @@ struct ArtifactOptions {
   double weight_decay = 0.0;    // SGD: L2 added to the gradient; AdamW: decoupled
 };
 
-// Writes into `out_dir` (created when missing): training_model.onnx (forward, loss, gradients),
-// eval_model.onnx (forward, loss, and the model's output), optimizer_model.onnx, checkpoint (every
-// parameter, the optimizer state zeroed, the learning rate) and inference_model.onnx (the model as
-// given, for export). CrossEntropy and MSE need a model with one input x. A trainable parameter
-// the loss does not depend on is frozen (torch leaves its .grad None and its optimizer skips it).
-// Only float32 parameters can train. The models are plain ONNX (the layout is in src/api/internal.h).
-ONNXTRAIN_API void generate_artifacts(const Model& model, const std::string& out_dir, const ArtifactOptions& options);
+// What generate_artifacts wrote, in the models' order.
+struct ArtifactSummary {
+  std::vector<std::string> trainable;  // parameters the optimizer updates
+  std::vector<std::string> frozen;     // the others: frozen by the options, or out of the loss's reach
+  std::vector<std::string> state;      // state tensors the training model updates (BatchNorm statistics)
+};
+
+// Writes into `out_dir` (created when missing): training_model.onnx (forward, loss, gradients,
+// new state), eval_model.onnx (forward in inference mode, loss, and the model's output),
+// optimizer_model.onnx, checkpoint (every parameter and state tensor, the optimizer state zeroed,
+// the learning rate) and inference_model.onnx (the model as given, its training-mode
+// BatchNormalizations in inference mode, for export). CrossEntropy and MSE need a model with one
+// input x. A trainable parameter the loss does not depend on is frozen (torch leaves its .grad
+// None and its optimizer skips it). Only float32 parameters can train. The models are ONNX (the
+// layout is in src/api/internal.h).
+ONNXTRAIN_API ArtifactSummary generate_artifacts(const Model& model, const std::string& out_dir,
+                                                 const ArtifactOptions& options);
 
 struct EvalResult {
   double loss = 0;
@@ -146,14 +167,18 @@ class ONNXTRAIN_API TrainingSession {
 
   std::vector<std::string> trainable_parameters() const;
   Array parameter(const std::string& name) const;  // throws naming an unknown parameter
+  std::vector<std::string> state_names() const;    // as ArtifactSummary::state
+  Array state(const std::string& name) const;      // its current value; throws naming an unknown one
 
   void set_learning_rate(double lr);
   double learning_rate() const;
-  // One step on a batch: forward, loss, gradients, optimizer update. Returns the batch loss.
+  // One step on a batch: forward, loss, gradients, optimizer update, new state (the batch's
+  // statistics folded into BatchNorm's running ones). Returns the batch loss.
   // `x` and `y` must fit the model's input and the loss's target (the error says how not); for a
   // Loss::None model without a target input, `y` is an empty Array{}.
   float train_step(const Array& x, const Array& y);
-  // Loss (and accuracy) of a batch, without changing anything.
+  // Loss (and accuracy) of a batch in inference mode (BatchNorm uses the running statistics),
+  // without changing anything.
   EvalResult evaluate(const Array& x, const Array& y);
   int64_t step_count() const;  // optimizer steps taken, checkpointed
   // The numerics audit of one training step on a batch (forward, loss, gradients): one result per
@@ -161,12 +186,13 @@ class ONNXTRAIN_API TrainingSession {
   // step count stays; random ops draw what train_step would draw at this step.
   std::vector<NodeAuditResult> audit_step(const Array& x, const Array& y);
 
-  // Parameters, optimizer state, step count and `metadata` (free-form strings, e.g. the CLI's
+  // Parameters, state, optimizer state, step count and `metadata` (free-form strings, e.g. the CLI's
   // epoch and data order): everything a bit-exact resume needs.
   void save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
   std::map<std::string, std::string> load_checkpoint(const std::string& path);
 
-  // The original inference model with the trained parameters; passes onnx.checker.
+  // The original inference model with the trained parameters and state (its BatchNormalizations
+  // in inference mode); passes onnx.checker.
   void export_inference_model(const std::string& path) const;
 
  private:

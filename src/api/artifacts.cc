@@ -7,6 +7,7 @@
 #include <set>
 
 #include "api/model.h"
+#include "api/model_state.h"
 #include "autodiff/gradient_graph.h"
 #include "core/error.h"
 #include "onnx/model_io.h"
@@ -37,13 +38,16 @@ void check_options(const ArtifactOptions& o) {
 
 // Which parameters train: named ones, or all but the frozen ones; in the model's order.
 std::vector<std::string> select_trainable(const Graph& g, const std::vector<std::string>& params,
-                                          const ArtifactOptions& o) {
+                                          const std::vector<std::string>& state, const ArtifactOptions& o) {
   OT_CHECK(o.trainable.empty() || o.frozen.empty(),
            "name either the trainable parameters or the frozen ones, not both");
   const std::set<std::string> known(params.begin(), params.end());
   for (const auto* list : {&o.trainable, &o.frozen}) {
     for (const auto& name : *list) {
       if (known.count(name)) continue;
+      if (std::count(state.begin(), state.end(), name))
+        OT_THROW("'", name, "' is training state (BatchNorm statistics), which the training model updates itself; "
+                 "it is not a parameter to train or freeze; parameters are ", few_names(params));
       if (g.is_initializer(name))
         OT_THROW("'", name, "' is an initializer of type ", dtype_name(g.initializers.at(name).dtype()),
                  ", not a floating-point parameter; parameters are ", few_names(params));
@@ -122,12 +126,15 @@ std::string append_loss(Graph& g, Loss loss, std::string& target) {
   return add_node(g, "ReduceMean", {square}, {{"keepdims", Attribute::of_int(0)}}, kOnnxDomain, "loss");
 }
 
-// The training model: forward, loss and the gradients of `trainable` (those the loss reaches stay
-// in it; the others move to `frozen`, as torch leaves their .grad None and the optimizer skips them).
-Graph training_graph(const Graph& with_loss, const std::string& loss, std::vector<std::string>& trainable,
-                     std::vector<std::string>& frozen) {
+// The training model: forward, loss, the gradients of `trainable` (those the loss reaches stay in
+// it; the others move to `frozen`, as torch leaves their .grad None and the optimizer skips them)
+// and the next value of each state tensor.
+Graph training_graph(const Graph& with_loss, const std::string& loss, const std::vector<api::BatchNormState>& state,
+                     std::vector<std::string>& trainable, std::vector<std::string>& frozen) {
   Graph g = with_loss;
+  const std::vector<std::string> next_state = api::update_state_as_pytorch(g, state);
   g.outputs = {loss};
+  g.outputs.insert(g.outputs.end(), next_state.begin(), next_state.end());  // kept alive through autodiff
   prepare_for_autodiff(g, -1);
   GradientSpec spec;
   spec.wrt = trainable;
@@ -164,6 +171,12 @@ Graph training_graph(const Graph& with_loss, const std::string& loss, std::vecto
   }
   OT_CHECK(!kept.empty(), "the loss '", loss, "' depends on none of the trainable parameters ", few_names(trainable));
   trainable = kept;
+  const std::vector<std::string> names = api::state_names(state);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string next = add_node(joint, "Identity", {next_state[i]}, {}, kOnnxDomain, names[i] + "_next");
+    joint.info_mut(next) = *with_loss.info(names[i]);
+    joint.outputs.push_back(next);
+  }
   eliminate_dead_nodes(joint);
   return joint;
 }
@@ -284,11 +297,13 @@ std::string number(double v) { return str_cat(std::setprecision(17), v); }
 
 }  // namespace
 
-void v1::generate_artifacts(const Model& model, const std::string& out_dir, const ArtifactOptions& o) {
+ArtifactSummary v1::generate_artifacts(const Model& model, const std::string& out_dir, const ArtifactOptions& o) {
   check_options(o);
   const Graph& source = model.impl_->graph;
+  const std::vector<api::BatchNormState> batchnorm_state = api::find_batchnorm_state(source);
+  const std::vector<std::string> state = api::state_names(batchnorm_state);
   const std::vector<std::string> params = api::parameter_names(source);
-  std::vector<std::string> trainable = select_trainable(source, params, o);
+  std::vector<std::string> trainable = select_trainable(source, params, state, o);
   OT_CHECK(!trainable.empty(), "no parameter is left to train; the model's parameters are ", few_names(params));
   std::vector<std::string> data_inputs = model.input_names();
   OT_CHECK(!source.outputs.empty(), "the model has no outputs");
@@ -299,15 +314,18 @@ void v1::generate_artifacts(const Model& model, const std::string& out_dir, cons
     OT_CHECK(data_inputs.size() == 1, "loss '", api::loss_name(o.loss), "' needs a model with one input x, this one has ",
              data_inputs.size(), ": ", few_names(data_inputs));
 
-  // The forward graph with every parameter as an input: the checkpoint is the one home of weights.
+  // The forward graph with every parameter and state tensor as an input: the checkpoint is the one
+  // home of weights and statistics.
   Graph g = source;
-  for (const auto& p : params) {
-    g.info_mut(p) = static_info(g.initializers.at(p));
-    g.initializers.erase(p);
-    g.initializer_order.erase(std::find(g.initializer_order.begin(), g.initializer_order.end(), p));
-  }
   g.inputs = data_inputs;
-  for (const auto& p : params) g.inputs.push_back(p);
+  for (const auto* names : {&params, &state}) {
+    for (const auto& p : *names) {
+      g.info_mut(p) = static_info(g.initializers.at(p));
+      g.initializers.erase(p);
+      g.initializer_order.erase(std::find(g.initializer_order.begin(), g.initializer_order.end(), p));
+      g.inputs.push_back(p);
+    }
+  }
   infer_shapes(g);
   std::string target;
   const std::string model_output = g.outputs[0];
@@ -318,11 +336,12 @@ void v1::generate_artifacts(const Model& model, const std::string& out_dir, cons
   std::vector<std::string> frozen;
   for (const auto& p : params)
     if (!std::count(trainable.begin(), trainable.end(), p)) frozen.push_back(p);
-  Graph training = training_graph(g, loss, trainable, frozen);
+  Graph training = training_graph(g, loss, batchnorm_state, trainable, frozen);
   training.name = "training";
 
   Graph eval = g;
   eval.name = "eval";
+  api::normalize_with_running_statistics(eval, batchnorm_state);
   eval.outputs = {loss};
   if (o.loss != Loss::None) eval.outputs.push_back(model_output);
   eliminate_dead_nodes(eval);
@@ -338,7 +357,9 @@ void v1::generate_artifacts(const Model& model, const std::string& out_dir, cons
   api::write_file_bytes((dir / api::kTrainingModelFile).string(), save_model(training, meta, true));
   api::write_file_bytes((dir / api::kEvalModelFile).string(), save_model(eval, meta, true));
   api::write_file_bytes((dir / api::kOptimizerModelFile).string(), save_model(optimizer, meta, true));
-  api::write_file_bytes((dir / api::kInferenceModelFile).string(), model.impl_->bytes);
+  api::write_file_bytes((dir / api::kInferenceModelFile).string(),
+                        batchnorm_state.empty() ? model.impl_->bytes
+                                                : api::normalize_with_running_statistics(model.impl_->bytes, batchnorm_state));
 
   api::Checkpoint c;
   c.loss = o.loss;
@@ -346,11 +367,13 @@ void v1::generate_artifacts(const Model& model, const std::string& out_dir, cons
   c.trainable = trainable;
   c.frozen = frozen;
   for (const auto& p : params) c.parameters[p] = source.initializers.at(p).clone();
+  c.state_names = state;
+  for (const auto& name : state) c.state[name] = source.initializers.at(name).clone();
   for (size_t s = 0; s < api::optimizer_state_names(o.optimizer).size(); ++s) {
-    c.states.emplace_back();
+    c.optimizer_states.emplace_back();
     for (const auto& p : trainable) {
       const Tensor& t = source.initializers.at(p);
-      c.states.back().push_back(Tensor::zeros(t.dtype(), t.shape()));
+      c.optimizer_states.back().push_back(Tensor::zeros(t.dtype(), t.shape()));
     }
   }
   c.learning_rate = o.learning_rate;
@@ -363,6 +386,7 @@ void v1::generate_artifacts(const Model& model, const std::string& out_dir, cons
     c.hyperparameters["epsilon"] = number(o.epsilon);
   }
   api::write_checkpoint((dir / api::kCheckpointFile).string(), c);
+  return {trainable, frozen, state};
 }
 
 }  // namespace onnxtrain

@@ -1,6 +1,6 @@
 // The checkpoint file: a zip (stored, uncompressed, like numpy.savez) of .npy arrays and one JSON
 // entry, written and read through src/io/npz.h. numpy.load reads it as an .npz. Arrays are written
-// byte for byte, so a save and a load give back bit-identical parameters and optimizer state.
+// byte for byte, so a save and a load give back bit-identical parameters, state and optimizer state.
 #include <nlohmann/json.hpp>
 
 #include "api/internal.h"
@@ -13,10 +13,11 @@ namespace {
 
 constexpr const char* kJsonEntry = "checkpoint.json";
 constexpr const char* kFormat = "onnxtrain-checkpoint";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2 added the state; a version 1 checkpoint has none
 
 std::string parameter_entry(const std::string& name) { return "parameters/" + name + ".npy"; }
-std::string state_entry(const std::string& state, const std::string& name) {
+std::string model_state_entry(const std::string& name) { return "state/" + name + ".npy"; }
+std::string optimizer_state_entry(const std::string& state, const std::string& name) {
   return "optimizer/" + state + "/" + name + ".npy";
 }
 
@@ -26,7 +27,7 @@ std::string npy_bytes(const Tensor& t) { return io::format_npy(to_array(t)); }
 
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
   const std::vector<std::string> state_names = optimizer_state_names(c.optimizer);
-  OT_CHECK(c.states.size() == state_names.size(), "checkpoint: ", state_names.size(), " optimizer states expected");
+  OT_CHECK(c.optimizer_states.size() == state_names.size(), "checkpoint: ", state_names.size(), " optimizer states expected");
   nlohmann::json j;
   j["format"] = kFormat;
   j["version"] = kVersion;
@@ -35,6 +36,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   j["optimizer_state"] = state_names;
   j["trainable"] = c.trainable;
   j["frozen"] = c.frozen;
+  j["state"] = c.state_names;
   j["step"] = c.step;
   j["learning_rate"] = c.learning_rate;  // JSON numbers round-trip doubles exactly in nlohmann
   j["hyperparameters"] = c.hyperparameters;
@@ -43,11 +45,12 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   std::map<std::string, std::string> entries{{kJsonEntry, j.dump(2)}};
   for (const auto& name : c.trainable) entries[parameter_entry(name)] = npy_bytes(c.parameters.at(name));
   for (const auto& name : c.frozen) entries[parameter_entry(name)] = npy_bytes(c.parameters.at(name));
+  for (const auto& name : c.state_names) entries[model_state_entry(name)] = npy_bytes(c.state.at(name));
   for (size_t s = 0; s < state_names.size(); ++s) {
-    OT_CHECK(c.states[s].size() == c.trainable.size(), "checkpoint: optimizer state '", state_names[s], "' has ",
-             c.states[s].size(), " tensors for ", c.trainable.size(), " parameters");
+    OT_CHECK(c.optimizer_states[s].size() == c.trainable.size(), "checkpoint: optimizer state '", state_names[s],
+             "' has ", c.optimizer_states[s].size(), " tensors for ", c.trainable.size(), " parameters");
     for (size_t i = 0; i < c.trainable.size(); ++i)
-      entries[state_entry(state_names[s], c.trainable[i])] = npy_bytes(c.states[s][i]);
+      entries[optimizer_state_entry(state_names[s], c.trainable[i])] = npy_bytes(c.optimizer_states[s][i]);
   }
   // A temporary name and a durable rename: an interrupted save or a power loss leaves the previous
   // checkpoint intact.
@@ -76,6 +79,7 @@ Checkpoint read_checkpoint(const std::string& path) {
     c.optimizer = optimizer_from_name(j.at("optimizer").get<std::string>());
     c.trainable = j.at("trainable").get<std::vector<std::string>>();
     c.frozen = j.at("frozen").get<std::vector<std::string>>();
+    c.state_names = j.value("state", std::vector<std::string>{});
     c.step = j.at("step").get<int64_t>();
     c.learning_rate = j.at("learning_rate").get<double>();
     c.hyperparameters = j.value("hyperparameters", std::map<std::string, std::string>{});
@@ -92,9 +96,10 @@ Checkpoint read_checkpoint(const std::string& path) {
   };
   for (const auto& name : c.trainable) c.parameters[name] = take(parameter_entry(name));
   for (const auto& name : c.frozen) c.parameters[name] = take(parameter_entry(name));
+  for (const auto& name : c.state_names) c.state[name] = take(model_state_entry(name));
   for (const auto& state : optimizer_state_names(c.optimizer)) {
-    c.states.emplace_back();
-    for (const auto& name : c.trainable) c.states.back().push_back(take(state_entry(state, name)));
+    c.optimizer_states.emplace_back();
+    for (const auto& name : c.trainable) c.optimizer_states.back().push_back(take(optimizer_state_entry(state, name)));
   }
   return c;
 }

@@ -14,14 +14,17 @@ namespace onnxtrain::api {
 // The files of an artifacts directory. The models are plain ONNX; their inputs and outputs follow
 // a positional convention so that nothing but the checkpoint needs a manifest:
 //   training_model: inputs  = data inputs (x, then the target y when there is one), then every
-//                             parameter (trainable, then frozen), by name;
-//                   outputs = loss, then the gradient of each trainable parameter, in order.
-//   eval_model:     inputs as training_model; outputs = loss, then the model's first output.
+//                             parameter and state tensor (api/model_state.h), by name;
+//                   outputs = loss, then the gradient of each trainable parameter, in order, then
+//                             the next value of each state tensor, in the checkpoint's order.
+//   eval_model:     inputs as training_model (inference mode: BatchNorm reads the running
+//                   statistics); outputs = loss, then the model's first output.
 //   optimizer_model: inputs = learning_rate (float64 scalar), step (int64 scalar: steps taken so
 //                             far), the trainable parameters, their gradients, then each optimizer
 //                             state (all parameters' first state, then the second, ...);
 //                    outputs = the updated parameters, then the updated states, same order.
-//   inference_model: the forward model exactly as given, for export_inference_model.
+//   inference_model: the forward model as given, its BatchNormalizations that have state in
+//                    inference mode, for export_inference_model.
 inline constexpr const char* kTrainingModelFile = "training_model.onnx";
 inline constexpr const char* kEvalModelFile = "eval_model.onnx";
 inline constexpr const char* kOptimizerModelFile = "optimizer_model.onnx";
@@ -36,14 +39,17 @@ Optimizer optimizer_from_name(const std::string& name);
 std::vector<std::string> optimizer_state_names(Optimizer optimizer);
 
 // Everything a checkpoint file holds. Written as a zip of .npy arrays (numpy.load reads it as an
-// .npz: "parameters/<name>", "optimizer/<state>/<name>") plus "checkpoint.json" for the rest.
+// .npz: "parameters/<name>", "state/<name>", "optimizer/<state>/<name>") plus "checkpoint.json"
+// for the rest.
 struct Checkpoint {
   Loss loss = Loss::CrossEntropy;
   Optimizer optimizer = Optimizer::AdamW;
   std::vector<std::string> trainable, frozen;  // parameter order everywhere
   std::map<std::string, Tensor> parameters;
-  // states[s][i]: state optimizer_state_names(optimizer)[s] of trainable[i].
-  std::vector<std::vector<Tensor>> states;
+  std::vector<std::string> state_names;  // the training model's state outputs follow this order
+  std::map<std::string, Tensor> state;
+  // optimizer_states[s][i]: state optimizer_state_names(optimizer)[s] of trainable[i].
+  std::vector<std::vector<Tensor>> optimizer_states;
   int64_t step = 0;
   double learning_rate = 1e-3;
   std::map<std::string, std::string> hyperparameters;  // informative: baked into the optimizer model

@@ -1,6 +1,9 @@
 // onnxtrain::Model: an ONNX file, checked by onnx.checker and loaded by the engine's loader.
 #include "api/model.h"
 
+#include <algorithm>
+
+#include "api/model_state.h"
 #include "core/error.h"
 #include "onnx/model_io.h"
 
@@ -41,13 +44,19 @@ std::vector<std::string> Model::output_names() const { return impl_->graph.outpu
 
 std::vector<std::string> Model::parameter_names() const { return api::parameter_names(impl_->graph); }
 
+std::vector<std::string> Model::state_names() const {
+  return api::state_names(api::find_batchnorm_state(impl_->graph));
+}
+
 namespace api {
 
 std::vector<std::string> parameter_names(const Graph& graph) {
+  const std::vector<std::string> state = state_names(find_batchnorm_state(graph));
   std::vector<std::string> out;
   for (const auto& name : graph.initializer_order) {
     // Initializers also listed as inputs (keep_initializers_as_inputs) are weights all the same.
-    if (is_floating(graph.initializers.at(name).dtype())) out.push_back(name);
+    const bool is_state = std::count(state.begin(), state.end(), name) > 0;
+    if (is_floating(graph.initializers.at(name).dtype()) && !is_state) out.push_back(name);
   }
   return out;
 }

@@ -10,7 +10,7 @@ struct Model::Impl {
 };
 
 namespace api {
-// The floating-point initializers, in file order: what can train.
+// The floating-point initializers that are not state (api/model_state.h), in file order: what can train.
 std::vector<std::string> parameter_names(const Graph& graph);
 }  // namespace api
 

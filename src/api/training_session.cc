@@ -1,6 +1,7 @@
 // onnxtrain::TrainingSession: runs the artifacts of generate_artifacts. The training model computes
-// the loss and the gradients in one engine run; the optimizer model turns parameters, gradients and
-// state into their next values; the checkpoint holds everything between steps.
+// the loss, the gradients and the next state (BatchNorm statistics) in one engine run; the optimizer
+// model turns parameters, gradients and optimizer state into their next values; the checkpoint
+// holds everything between steps.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -52,21 +53,30 @@ bool absent(const Array& a) { return a.shape.empty() && a.bytes.empty(); }
 
 struct TrainingSession::Impl {
   std::string dir;
-  api::Checkpoint state;
+  api::Checkpoint checkpoint;
   std::unique_ptr<api::GraphRunner> training, eval, optimizer;
   std::vector<std::string> training_inputs, eval_inputs;
   // The data inputs: x, and the target y when the models take one.
   std::string x_name, y_name;
   ValueInfo x_info, y_info, output_info;
-  std::map<std::string, ValueInfo> parameter_info;
+  std::map<std::string, ValueInfo> stored_info;  // the models' declaration of each parameter and state tensor
   size_t optimizer_inputs = 0;
+
+  // A parameter or state tensor of the checkpoint; null for other names.
+  const Tensor* stored(const std::string& name) const {
+    for (const auto* values : {&checkpoint.parameters, &checkpoint.state}) {
+      auto it = values->find(name);
+      if (it != values->end()) return &it->second;
+    }
+    return nullptr;
+  }
 
   std::vector<Tensor> feed(const std::vector<std::string>& inputs, const Tensor& x, const Tensor& y) const {
     std::vector<Tensor> out;
     for (const auto& name : inputs) {
       if (name == x_name) out.push_back(x);
       else if (name == y_name) out.push_back(y);
-      else out.push_back(state.parameters.at(name));
+      else out.push_back(*stored(name));
     }
     return out;
   }
@@ -92,7 +102,7 @@ void TrainingSession::Impl::check_batch(const Tensor& x, const Tensor& y) const 
            x.str());
   if (y_name.empty()) return;
   const int64_t n = x.rank() > 0 ? x.dim(0) : 1;
-  if (state.loss == Loss::CrossEntropy) {
+  if (checkpoint.loss == Loss::CrossEntropy) {
     OT_CHECK(y.dtype() == DType::Int64 && y.rank() == 1 && y.dim(0) == n, "y does not fit the labels '", y_name,
              "': expected int64[", n, "] (one class index per row of x ", x.str(), "), got ", y.str());
     const int64_t classes = output_info.shape && output_info.shape->size() >= 2 ? (*output_info.shape)[1].value : -1;
@@ -103,29 +113,31 @@ void TrainingSession::Impl::check_batch(const Tensor& x, const Tensor& y) const 
     return;
   }
   bool ok = fits(y_info, y);
-  if (state.loss == Loss::MSE) ok = ok && y.rank() > 0 && y.dim(0) == n;
-  OT_CHECK(ok, "y does not fit the model's ", state.loss == Loss::MSE ? "target '" : "input '", y_name, "': expected ",
-           declared(y_info), state.loss == Loss::MSE ? str_cat(" with ", n, " rows like x ", x.str()) : "", ", got ",
+  if (checkpoint.loss == Loss::MSE) ok = ok && y.rank() > 0 && y.dim(0) == n;
+  OT_CHECK(ok, "y does not fit the model's ", checkpoint.loss == Loss::MSE ? "target '" : "input '", y_name, "': expected ",
+           declared(y_info), checkpoint.loss == Loss::MSE ? str_cat(" with ", n, " rows like x ", x.str()) : "", ", got ",
            y.str());
 }
 
 void TrainingSession::Impl::check_checkpoint(const api::Checkpoint& c, const std::string& path) const {
-  OT_CHECK(c.trainable == state.trainable && c.frozen == state.frozen && c.optimizer == state.optimizer &&
-               c.loss == state.loss,
+  OT_CHECK(c.trainable == checkpoint.trainable && c.frozen == checkpoint.frozen &&
+               c.state_names == checkpoint.state_names && c.optimizer == checkpoint.optimizer && c.loss == checkpoint.loss,
            "checkpoint '", path, "' belongs to other artifacts: it trains ", few(c.trainable), " with ",
-           api::optimizer_name(c.optimizer), ", the artifacts in '", dir, "' train ", few(state.trainable), " with ",
-           api::optimizer_name(state.optimizer));
-  for (const auto& kv : c.parameters) {
-    const ValueInfo& vi = parameter_info.at(kv.first);
-    OT_CHECK(fits(vi, kv.second), "checkpoint '", path, "': parameter '", kv.first, "' is ", kv.second.str(),
-             ", the models expect ", declared(vi));
+           api::optimizer_name(c.optimizer), ", the artifacts in '", dir, "' train ", few(checkpoint.trainable), " with ",
+           api::optimizer_name(checkpoint.optimizer));
+  for (const auto* values : {&c.parameters, &c.state}) {
+    for (const auto& kv : *values) {
+      const ValueInfo& vi = stored_info.at(kv.first);
+      OT_CHECK(fits(vi, kv.second), "checkpoint '", path, "': ", values == &c.state ? "state" : "parameter", " '",
+               kv.first, "' is ", kv.second.str(), ", the models expect ", declared(vi));
+    }
   }
-  for (size_t s = 0; s < c.states.size(); ++s)
+  for (size_t s = 0; s < c.optimizer_states.size(); ++s)
     for (size_t i = 0; i < c.trainable.size(); ++i)
-      OT_CHECK(c.states[s][i].dtype() == c.parameters.at(c.trainable[i]).dtype() &&
-                   c.states[s][i].shape() == c.parameters.at(c.trainable[i]).shape(),
+      OT_CHECK(c.optimizer_states[s][i].dtype() == c.parameters.at(c.trainable[i]).dtype() &&
+                   c.optimizer_states[s][i].shape() == c.parameters.at(c.trainable[i]).shape(),
                "checkpoint '", path, "': optimizer state '", api::optimizer_state_names(c.optimizer)[s], "' of '",
-               c.trainable[i], "' is ", c.states[s][i].str(), ", unlike its parameter");
+               c.trainable[i], "' is ", c.optimizer_states[s][i].str(), ", unlike its parameter");
   OT_CHECK(c.step >= 0, "checkpoint '", path, "' has a negative step count ", c.step);
 }
 
@@ -144,39 +156,42 @@ TrainingSession::TrainingSession(const std::string& artifacts_dir, const std::st
   for (const auto& p : {training_path, eval_path, optimizer_path}) api::require_file(p, "artifact");
   if (options.threads > 0) ThreadPool::set_num_threads(options.threads);
 
-  s.state = api::read_checkpoint(ckpt_path);
+  s.checkpoint = api::read_checkpoint(ckpt_path);
   Graph training = load_model_file(training_path);
   Graph eval = load_model_file(eval_path);
   Graph optimizer = load_model_file(optimizer_path);
 
-  // Data inputs are the inputs that are not parameters: x, then y.
+  // Data inputs are the inputs that are neither parameters nor state: x, then y.
   std::vector<std::string> data;
   for (const auto& in : training.inputs)
-    if (!s.state.parameters.count(in)) data.push_back(in);
+    if (!s.stored(in)) data.push_back(in);
   OT_CHECK(data.size() == 1 || data.size() == 2, "'", training_path, "' takes ", data.size(), " inputs besides the "
-           "checkpoint's parameters (", few(data), "); one (x) or two (x, y) expected: do the checkpoint '", ckpt_path,
+           "checkpoint's parameters and state (", few(data), "); one (x) or two (x, y) expected: do the checkpoint '", ckpt_path,
            "' and the models come from the same generate_artifacts?");
   s.x_name = data[0];
   s.y_name = data.size() == 2 ? data[1] : "";
   s.x_info = info_of(training, s.x_name);
   if (!s.y_name.empty()) s.y_info = info_of(training, s.y_name);
   if (eval.outputs.size() > 1) s.output_info = info_of(eval, eval.outputs[1]);
-  for (const auto& kv : s.state.parameters) {
-    OT_CHECK(training.is_input(kv.first), "the checkpoint's parameter '", kv.first, "' is not an input of '",
-             training_path, "'");
-    s.parameter_info[kv.first] = info_of(training, kv.first);
+  for (const auto* values : {&s.checkpoint.parameters, &s.checkpoint.state}) {
+    for (const auto& kv : *values) {
+      OT_CHECK(training.is_input(kv.first), "the checkpoint's ", values == &s.checkpoint.state ? "state" : "parameter",
+               " '", kv.first, "' is not an input of '", training_path, "'");
+      s.stored_info[kv.first] = info_of(training, kv.first);
+    }
   }
-  OT_CHECK(training.outputs.size() == 1 + s.state.trainable.size(), "'", training_path, "' has ",
-           training.outputs.size(), " outputs; the loss and ", s.state.trainable.size(), " gradients expected");
-  const size_t n = s.state.trainable.size(), states = s.state.states.size();
+  const size_t gradients = s.checkpoint.trainable.size(), state = s.checkpoint.state_names.size();
+  OT_CHECK(training.outputs.size() == 1 + gradients + state, "'", training_path, "' has ", training.outputs.size(),
+           " outputs; the loss, ", gradients, " gradients and ", state, " new state tensors expected");
+  const size_t n = s.checkpoint.trainable.size(), states = s.checkpoint.optimizer_states.size();
   s.optimizer_inputs = 2 + n * (2 + states);
   OT_CHECK(optimizer.inputs.size() == s.optimizer_inputs && optimizer.outputs.size() == n * (1 + states), "'",
            optimizer_path, "' does not fit the checkpoint: it takes ", optimizer.inputs.size(), " inputs and ",
            optimizer.outputs.size(), " outputs, ", s.optimizer_inputs, " and ", n * (1 + states), " expected");
   for (const auto& in : eval.inputs)
-    OT_CHECK(in == s.x_name || in == s.y_name || s.state.parameters.count(in), "'", eval_path, "' takes input '", in,
+    OT_CHECK(in == s.x_name || in == s.y_name || s.stored(in), "'", eval_path, "' takes input '", in,
              "', which the training model does not have");
-  s.check_checkpoint(s.state, ckpt_path);
+  s.check_checkpoint(s.checkpoint, ckpt_path);
 
   s.training_inputs = training.inputs;
   s.eval_inputs = eval.inputs;
@@ -189,42 +204,56 @@ TrainingSession::~TrainingSession() = default;
 TrainingSession::TrainingSession(TrainingSession&&) noexcept = default;
 TrainingSession& TrainingSession::operator=(TrainingSession&&) noexcept = default;
 
-std::vector<std::string> TrainingSession::trainable_parameters() const { return impl_->state.trainable; }
+std::vector<std::string> TrainingSession::trainable_parameters() const { return impl_->checkpoint.trainable; }
 
 Array TrainingSession::parameter(const std::string& name) const {
-  auto it = impl_->state.parameters.find(name);
-  if (it == impl_->state.parameters.end()) {
-    std::vector<std::string> names = impl_->state.trainable;
-    names.insert(names.end(), impl_->state.frozen.begin(), impl_->state.frozen.end());
+  auto it = impl_->checkpoint.parameters.find(name);
+  if (it == impl_->checkpoint.parameters.end()) {
+    std::vector<std::string> names = impl_->checkpoint.trainable;
+    names.insert(names.end(), impl_->checkpoint.frozen.begin(), impl_->checkpoint.frozen.end());
     OT_THROW("the session has no parameter '", name, "'; parameters are ", few(names));
+  }
+  return api::to_array(it->second);
+}
+
+std::vector<std::string> TrainingSession::state_names() const { return impl_->checkpoint.state_names; }
+
+Array TrainingSession::state(const std::string& name) const {
+  auto it = impl_->checkpoint.state.find(name);
+  if (it == impl_->checkpoint.state.end()) {
+    const auto& names = impl_->checkpoint.state_names;
+    OT_THROW("the session has no state tensor '", name, "'; ",
+             names.empty() ? std::string("it has none (no training-mode BatchNorm)") : "state tensors are " + few(names));
   }
   return api::to_array(it->second);
 }
 
 void TrainingSession::set_learning_rate(double lr) {
   OT_CHECK(std::isfinite(lr) && lr >= 0, "the learning rate must be a finite number >= 0, got ", lr);
-  impl_->state.learning_rate = lr;
+  impl_->checkpoint.learning_rate = lr;
 }
 
-double TrainingSession::learning_rate() const { return impl_->state.learning_rate; }
-int64_t TrainingSession::step_count() const { return impl_->state.step; }
+double TrainingSession::learning_rate() const { return impl_->checkpoint.learning_rate; }
+int64_t TrainingSession::step_count() const { return impl_->checkpoint.step; }
 
 float TrainingSession::train_step(const Array& x, const Array& y) {
   Impl& s = *impl_;
   const auto [xt, yt] = s.batch(x, y);
   // The step count seeds the run: random ops (dropout) draw the same values after a resume.
-  const uint64_t seed = static_cast<uint64_t>(s.state.step);
+  const uint64_t seed = static_cast<uint64_t>(s.checkpoint.step);
   const std::vector<Tensor> out = s.training->run(s.feed(s.training_inputs, xt, yt), seed);
-  const size_t n = s.state.trainable.size();
-  std::vector<Tensor> inputs{Tensor::scalar<double>(s.state.learning_rate), Tensor::scalar<int64_t>(s.state.step)};
-  for (const auto& name : s.state.trainable) inputs.push_back(s.state.parameters.at(name));
+  const size_t n = s.checkpoint.trainable.size();
+  std::vector<Tensor> inputs{Tensor::scalar<double>(s.checkpoint.learning_rate), Tensor::scalar<int64_t>(s.checkpoint.step)};
+  for (const auto& name : s.checkpoint.trainable) inputs.push_back(s.checkpoint.parameters.at(name));
   for (size_t i = 0; i < n; ++i) inputs.push_back(out[1 + i]);
-  for (const auto& list : s.state.states) inputs.insert(inputs.end(), list.begin(), list.end());
+  for (const auto& list : s.checkpoint.optimizer_states) inputs.insert(inputs.end(), list.begin(), list.end());
   const std::vector<Tensor> updated = s.optimizer->run(inputs, 0);
-  for (size_t i = 0; i < n; ++i) s.state.parameters[s.state.trainable[i]] = updated[i];
-  for (size_t k = 0; k < s.state.states.size(); ++k)
-    for (size_t i = 0; i < n; ++i) s.state.states[k][i] = updated[n * (1 + k) + i];
-  ++s.state.step;
+  for (size_t i = 0; i < n; ++i) s.checkpoint.parameters[s.checkpoint.trainable[i]] = updated[i];
+  for (size_t k = 0; k < s.checkpoint.optimizer_states.size(); ++k)
+    for (size_t i = 0; i < n; ++i) s.checkpoint.optimizer_states[k][i] = updated[n * (1 + k) + i];
+  for (size_t k = 0; k < s.checkpoint.state_names.size(); ++k)
+    s.checkpoint.state[s.checkpoint.state_names[k]] = out[1 + n + k];
+  ++s.checkpoint.step;
   return static_cast<float>(out[0].item_as_double());
 }
 
@@ -232,7 +261,7 @@ std::vector<NodeAuditResult> TrainingSession::audit_step(const Array& x, const A
   Impl& s = *impl_;
   const auto [xt, yt] = s.batch(x, y);
   auto observer = std::make_shared<audit::AuditObserver>("training");
-  s.training->run(s.feed(s.training_inputs, xt, yt), static_cast<uint64_t>(s.state.step), observer);
+  s.training->run(s.feed(s.training_inputs, xt, yt), static_cast<uint64_t>(s.checkpoint.step), observer);
   std::vector<NodeAuditResult> out;
   for (const audit::NodeAudit& row : observer->rows()) {
     NodeAuditResult r;
@@ -252,11 +281,11 @@ std::vector<NodeAuditResult> TrainingSession::audit_step(const Array& x, const A
 EvalResult TrainingSession::evaluate(const Array& x, const Array& y) {
   Impl& s = *impl_;
   const auto [xt, yt] = s.batch(x, y);
-  const std::vector<Tensor> out = s.eval->run(s.feed(s.eval_inputs, xt, yt), static_cast<uint64_t>(s.state.step));
+  const std::vector<Tensor> out = s.eval->run(s.feed(s.eval_inputs, xt, yt), static_cast<uint64_t>(s.checkpoint.step));
   EvalResult r;
   r.loss = out[0].item_as_double();
   r.examples = xt.rank() > 0 ? xt.dim(0) : 1;
-  if (s.state.loss == Loss::CrossEntropy && out.size() > 1 && out[1].rank() == 2) {
+  if (s.checkpoint.loss == Loss::CrossEntropy && out.size() > 1 && out[1].rank() == 2) {
     const Tensor& logits = out[1];
     const int64_t classes = logits.dim(1);
     const int64_t* labels = yt.data<int64_t>();
@@ -273,7 +302,7 @@ EvalResult TrainingSession::evaluate(const Array& x, const Array& y) {
 }
 
 void TrainingSession::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata) const {
-  api::Checkpoint c = impl_->state;
+  api::Checkpoint c = impl_->checkpoint;
   c.metadata = metadata;
   api::write_checkpoint(path, c);
 }
@@ -281,14 +310,16 @@ void TrainingSession::save_checkpoint(const std::string& path, const std::map<st
 std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::string& path) {
   api::Checkpoint c = api::read_checkpoint(path);
   impl_->check_checkpoint(c, path);
-  impl_->state = std::move(c);
-  return impl_->state.metadata;
+  impl_->checkpoint = std::move(c);
+  return impl_->checkpoint.metadata;
 }
 
 void TrainingSession::export_inference_model(const std::string& path) const {
   const std::string source = (std::filesystem::path(impl_->dir) / api::kInferenceModelFile).string();
   api::require_file(source, "artifact");
-  api::write_file_bytes(path, api::replace_initializers(api::read_file_bytes(source), impl_->state.parameters));
+  std::map<std::string, Tensor> values = impl_->checkpoint.parameters;
+  values.insert(impl_->checkpoint.state.begin(), impl_->checkpoint.state.end());
+  api::write_file_bytes(path, api::replace_initializers(api::read_file_bytes(source), values));
 }
 
 }  // namespace onnxtrain

@@ -30,13 +30,29 @@ void require_file(const std::string& path, const std::string& what) {
   if (fs::is_directory(path, ec)) throw Error(what + " " + path + " is a directory, not a file");
 }
 
-void check_parameter_names(const std::vector<std::string>& names, const std::vector<std::string>& known,
-                           const char* option) {
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+void check_parameter_names(const std::vector<std::string>& names, const Model& model, const char* option) {
+  const std::vector<std::string> known = model.parameter_names(), state = model.state_names();
   for (const std::string& name : names) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
+    if (contains(state, name)) {
+      throw Error("'" + name + "' given to " + option + " is BatchNorm state, which training updates by itself, not a "
+                  "parameter; the model's parameters are: " + join(known));
+    }
+    if (!contains(known, name)) {
       throw Error("unknown parameter '" + name + "' given to " + option + "; the model's parameters are: " + join(known));
     }
   }
+}
+
+// "4 of 6 parameters trainable, 2 state tensors (BatchNorm statistics)"
+std::string describe(const ArtifactSummary& summary) {
+  std::string text = std::to_string(summary.trainable.size()) + " of " +
+                     std::to_string(summary.trainable.size() + summary.frozen.size()) + " parameters trainable";
+  if (!summary.state.empty()) text += ", " + std::to_string(summary.state.size()) + " state tensors (BatchNorm statistics)";
+  return text;
 }
 
 // Metadata the checkpoint carries for a bit-exact --resume: where in the data order the run is.
@@ -114,16 +130,13 @@ void run_artifacts(const ArtifactsCommand& command) {
     throw Error("give either --trainable or --frozen, not both: the parameters not named by one are the other");
   }
   Model model = Model::load(command.model_path);
-  const std::vector<std::string> parameters = model.parameter_names();
-  check_parameter_names(options.trainable, parameters, "--trainable");
-  check_parameter_names(options.frozen, parameters, "--frozen");
-  generate_artifacts(model, command.out_dir, options);
+  check_parameter_names(options.trainable, model, "--trainable");
+  check_parameter_names(options.frozen, model, "--frozen");
+  const ArtifactSummary summary = generate_artifacts(model, command.out_dir, options);
   std::error_code ec;
   fs::remove(trained_checkpoint_path(command.out_dir), ec);  // it belonged to the previous artifacts
-
-  const size_t trainable = !options.trainable.empty() ? options.trainable.size() : parameters.size() - options.frozen.size();
   std::cout << "wrote " << command.out_dir << ": training_model.onnx, eval_model.onnx, optimizer_model.onnx, checkpoint ("
-            << trainable << " of " << parameters.size() << " parameters trainable)\n";
+            << describe(summary) << ")\n";
 }
 
 void run_train(const TrainCommand& command) {
@@ -246,7 +259,7 @@ void run_export(const ExportCommand& command) {
   const std::string checkpoint = checkpoint_to_read(command.artifacts_dir, command.checkpoint_path);
   TrainingSession session(command.artifacts_dir, checkpoint);
   session.export_inference_model(command.out_path);
-  std::cout << "wrote " << command.out_path << " (parameters of "
+  std::cout << "wrote " << command.out_path << " (parameters and state of "
             << (checkpoint.empty() ? (fs::path(command.artifacts_dir) / "checkpoint").string() : checkpoint) << ")\n";
 }
 

@@ -1,6 +1,8 @@
 // BatchNormalization (ONNX opsets 7-15) and ai.onnxtrain::BatchNormTraining (PyTorch's training-mode
 // batch norm, which the front end substitutes for torch's exported training BatchNormalization),
 // with their gradient rules. The fused backward kernel BatchNormGrad is in batch_norm_grad.cc.
+#include "ops/nn/batch_norm.h"
+
 #include "autodiff/grad_builder.h"
 #include "ops/nn/norm_common.h"
 #include "onnx/custom_schema.h"
@@ -11,15 +13,6 @@ namespace {
 
 using norm::ChannelLayout;
 using norm::ScratchCarver;
-
-// Whether a BatchNormalization node normalizes with batch statistics. Since opset 14 the
-// training_mode attribute says so; before, the training form is the one with more than one output.
-bool onnx_bn_training(const Node& n, int opset) {
-  if (opset >= 14) return n.attr_int("training_mode", 0) != 0;
-  for (size_t i = 1; i < n.outputs.size(); ++i)
-    if (!n.outputs[i].empty()) return true;
-  return false;
-}
 
 ChannelLayout bn_layout(const Tensor& x, bool spatial) {
   OT_CHECK(x.rank() >= 1, "X must have rank >= 1, got ", x.str());
@@ -45,7 +38,7 @@ class BatchNormKernel final : public Kernel {
     }
     if (info.opset < 7)
       throw UnsupportedError("BatchNormalization before opset 7 (with the is_test attribute) is not supported");
-    training_ = onnx_bn_training(info.node, info.opset);
+    training_ = batchnorm_trains(info.node, info.opset);
     if (info.opset < 9) spatial_ = info.node.attr_int("spatial", 1) != 0;
     if (info.opset >= 14 && !training_)
       for (size_t i = 1; i < info.node.outputs.size(); ++i)
@@ -165,7 +158,7 @@ void batch_norm_gradient(GradBuilder& g) {
   const Node& n = g.node();
   if (g.opset() < 9 && n.attr_int("spatial", 1) == 0)
     throw UnsupportedError("the gradient of BatchNormalization with spatial=0 is not implemented");
-  if (onnx_bn_training(n, g.opset())) {
+  if (batchnorm_trains(n, g.opset())) {
     training_gradient(g, false);
     return;
   }
@@ -183,6 +176,35 @@ void batch_norm_training_gradient(GradBuilder& g) {
 }
 
 }  // namespace
+
+bool batchnorm_trains(const Node& node, int opset) {
+  if (opset >= 14) return node.attr_int("training_mode", 0) != 0;
+  for (size_t i = 1; i < node.outputs.size(); ++i)
+    if (!node.outputs[i].empty()) return true;
+  return false;
+}
+
+void use_pytorch_batchnorm(Graph& graph, Node& node) {
+  node.domain = kOnnxTrainDomain;
+  node.op_type = "BatchNormTraining";
+  AttributeMap kept;  // training_mode and spatial have no meaning here: it always trains per channel
+  for (const char* name : {"epsilon", "momentum"})
+    if (node.has_attr(name)) kept[name] = node.attrs.at(name);
+  node.attrs = std::move(kept);
+  const std::string base = node.outputs[0];
+  const ValueInfo* y = graph.info(base);
+  const DType dtype = y ? y->dtype : DType::Undefined;
+  node.outputs.resize(3);
+  const char* suffixes[] = {"", "_running_mean", "_running_var", "_saved_mean", "_saved_inv_std"};
+  for (size_t i = 1; i < 5; ++i) {
+    if (i < node.outputs.size() && !node.outputs[i].empty()) continue;
+    const std::string name = graph.unique_name(base + suffixes[i]);
+    graph.value_info[name].dtype = dtype;
+    if (i < node.outputs.size()) node.outputs[i] = name;
+    else node.outputs.push_back(name);
+  }
+  if (!graph.opsets.count(kOnnxTrainDomain)) graph.opsets[kOnnxTrainDomain] = 1;
+}
 
 ONNXTRAIN_KERNEL("", "BatchNormalization", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
   return std::make_unique<BatchNormKernel>(info, Flavor::Onnx);

@@ -3,7 +3,8 @@
 - Training-mode BatchNormalization: ONNX updates running_var with the biased batch variance and
   does not make the new statistics graph outputs. It becomes ai.onnxtrain::BatchNormTraining
   (PyTorch's semantics), whose new statistics are extra graph outputs that the front end copies
-  into the module's buffers after each training-mode forward.
+  into the module's buffers after each training-mode forward. (The C++ API's artifacts make the
+  same substitution for the BatchNorm statistics they keep as state: src/api/model_state.h.)
 - Embedding with padding_idx exports as a plain Gather, which would give the padding row a
   gradient. It becomes ai.onnxtrain::Embedding, whose gradient skips that row.
 - torch.onnx.export of a module in eval mode merges parameters and buffers that hold equal
