@@ -54,10 +54,12 @@ std::vector<std::string> select_trainable(const Graph& g, const std::vector<std:
       OT_THROW("the model has no parameter '", name, "'; parameters are ", few_names(params));
     }
   }
+  const std::vector<std::string> statistics = api::inference_statistics(g);
   std::vector<std::string> trainable;
   for (const auto& p : params) {
     const bool named = std::count(o.trainable.begin(), o.trainable.end(), p) > 0;
-    const bool frozen = std::count(o.frozen.begin(), o.frozen.end(), p) > 0;
+    const bool frozen = std::count(o.frozen.begin(), o.frozen.end(), p) > 0 ||
+                        std::count(statistics.begin(), statistics.end(), p) > 0;
     if (o.trainable.empty() ? !frozen : named) trainable.push_back(p);
   }
   return trainable;

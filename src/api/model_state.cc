@@ -76,6 +76,16 @@ std::vector<BatchNormState> find_batchnorm_state(const Graph& graph) {
   return found;
 }
 
+std::vector<std::string> inference_statistics(const Graph& graph) {
+  std::vector<std::string> found;
+  for (const Node& n : graph.nodes) {
+    if (!is_onnx_batchnorm(n.domain, n.op_type) || n.inputs.size() < 5 || batchnorm_trains(n, graph.opset())) continue;
+    for (size_t i : {3, 4})
+      if (is_float_initializer(graph, n.inputs[i])) found.push_back(n.inputs[i]);
+  }
+  return found;
+}
+
 std::vector<std::string> state_names(const std::vector<BatchNormState>& state) {
   std::vector<std::string> names;
   for (const BatchNormState& s : state) {

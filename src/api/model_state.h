@@ -28,6 +28,11 @@ struct BatchNormState {
 // another node, shared with another BatchNormalization, or spatial=0 (opset < 9).
 std::vector<BatchNormState> find_batchnorm_state(const Graph& graph);
 
+// The running statistics that inference-mode BatchNormalizations (an eval-mode export that torch did
+// not fold into a Conv) normalize with: float initializers with a gradient, but statistics, which
+// eager PyTorch never trains. Artifacts freeze them unless they are named trainable.
+std::vector<std::string> inference_statistics(const Graph& graph);
+
 // The state tensors' names, in node order: mean, variance, then num_batches_tracked if any.
 std::vector<std::string> state_names(const std::vector<BatchNormState>& state);
 

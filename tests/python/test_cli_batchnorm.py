@@ -327,3 +327,39 @@ def test_eval_mode_export_with_folded_batchnorm_trains_as_before(tmp_path):
     loss, accuracy = eager_eval(folded, x, y)
     assert evaluated["loss"] == pytest.approx(loss, rel=RTOL, abs=ATOL)
     assert evaluated["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+
+
+def test_eval_mode_batchnorm_that_torch_does_not_fold_keeps_its_statistics(tmp_path):
+    """A BatchNorm after a Linear stays in an eval-mode export, normalizing with its running
+    statistics. Its mean and variance have gradients there, but they are statistics: eager never
+    trains them, so the artifacts freeze them and the other weights train as in eager."""
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(12, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, N_CLASSES))
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+    model.eval()
+    torch.onnx.export(model, torch.zeros(2, 12), str(tmp_path / "eval.onnx"), export_params=True,
+                      input_names=["x"], output_names=["out"], dynamic_axes={"x": {0: "N"}, "out": {0: "N"}},
+                      opset_version=14, do_constant_folding=False)
+    assert any(n.op_type == "BatchNormalization" for n in onnx.load(str(tmp_path / "eval.onnx")).graph.node)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(N_IMAGES, 12, generator=g)
+    y = torch.randint(0, N_CLASSES, (N_IMAGES,), generator=g)
+    data = save_data(tmp_path / "train.npz", x, y)
+    out = tmp_path / "art"
+    result = run("artifacts", tmp_path / "eval.onnx", "--out", out, "--optimizer", "sgd", "--lr", 0.05, "--momentum", 0)
+    assert "(6 of 8 parameters trainable)" in result.stdout, result.stdout
+    run("train", out, "--data", data, "--epochs", 2, "--batch-size", BATCH, "--threads", 1)
+    run("export", out, "--out", tmp_path / "trained.onnx")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)  # in eval mode: BatchNorm uses its statistics
+    for _ in range(2):
+        for first in range(0, len(x), BATCH):
+            loss = F.cross_entropy(model(x[first:first + BATCH]), y[first:first + BATCH])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    exported = initializers(tmp_path / "trained.onnx")
+    for name, value in model.state_dict().items():
+        if name in exported:
+            np.testing.assert_allclose(exported[name], value.numpy(), rtol=RTOL, atol=ATOL, err_msg=name)
