@@ -16,6 +16,12 @@ namespace onnxtrain::api {
 void check_model_bytes(const std::string& model_bytes, const std::string& what) {
   onnx::ModelProto mp;
   OT_CHECK(mp.ParseFromString(model_bytes), what, " is not a valid ONNX ModelProto");
+  // Said before the checker's own words ("ir_version is higher than the checker's"), which name
+  // neither version nor the way out.
+  OT_CHECK(mp.ir_version() <= onnx::IR_VERSION, what, " has ONNX IR version ", mp.ir_version(), ", newer than the ",
+           onnx::IR_VERSION, " this build of onnxtrain reads (torch.onnx.export's dynamo exporter, the default since "
+           "torch 2.9, writes IR version 10 and opset 18); export it with torch.onnx.export(..., dynamo=False, "
+           "opset_version=17)");
   try {
     onnx::checker::check_model(mp);
   } catch (const std::exception& e) {

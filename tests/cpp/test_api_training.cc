@@ -2,6 +2,7 @@
 // and AdamW against a plain reference written out here, checkpoints, resume, export, and the
 // errors at the API's boundary.
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -342,6 +343,17 @@ TEST(ApiTraining, CheckpointReachesTheDiskBeforeItsName) {
                               [&](const std::string& e) { return e.rfind("rename ", 0) == 0 && e.find(" -> " + path + ".tmp") != std::string::npos; }),
                events.end());
   EXPECT_EQ(events, expected);
+}
+
+TEST(ApiTraining, AModelOfANewerIrVersionIsRefusedSayingHowToExportIt) {
+  onnx::ModelProto mp;
+  ASSERT_TRUE(mp.ParseFromString(mlp_model_bytes()));
+  mp.set_ir_version(10);  // what torch.onnx.export's dynamo exporter writes
+  std::string bytes;
+  ASSERT_TRUE(mp.SerializeToString(&bytes));
+  const std::string e = expect_error([&] { Model::from_bytes(bytes); });
+  EXPECT_HAS(e, "IR version 10");
+  EXPECT_HAS(e, "dynamo=False");
 }
 
 TEST(ApiTraining, ResumeEqualsUninterruptedTraining) {

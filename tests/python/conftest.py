@@ -23,3 +23,12 @@ def assert_close(actual, expected, what=""):
 def assert_engine_ran(output):
     assert output.grad_fn is not None, "output has no grad_fn: the engine did not run"
     assert "ORTModuleFunction" in type(output.grad_fn).__name__, type(output.grad_fn).__name__
+
+
+def export_onnx_file(*args, **kwargs):
+    """torch.onnx.export through the TorchScript-based exporter on every torch version (torch 2.9+
+    defaults to the dynamo exporter, whose IR version 10 and opset 18 models the C++ product, on
+    Debian's onnx 1.12, does not read yet): the models the CLI tests train."""
+    from onnxtrain.capture.torchscript import torch_onnx
+
+    return torch_onnx.export(*args, **kwargs)

@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from conftest import export_onnx_file
 from onnx import numpy_helper
 
 REPO = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -51,7 +53,7 @@ def make_mlp(seed=0):
 
 
 def export(model, path, n_features=N_FEATURES):
-    torch.onnx.export(model, torch.zeros(2, n_features), str(path), export_params=True, input_names=["x"],
+    export_onnx_file(model, torch.zeros(2, n_features), str(path), export_params=True, input_names=["x"],
                       output_names=["out"], dynamic_axes={"x": {0: "N"}, "out": {0: "N"}},
                       do_constant_folding=False, opset_version=14)
     return path

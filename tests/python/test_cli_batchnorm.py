@@ -19,6 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
+
+from conftest import export_onnx_file
 from onnx import numpy_helper
 
 from test_cli import run, run_failing
@@ -51,7 +53,7 @@ def export_training(model, path, size, opset=14):
     """Exports `model` in training mode. Tracing runs the forward once, which updates BatchNorm's
     buffers: the model keeps the statistics that the file holds, so eager can train on from them."""
     model.train()
-    torch.onnx.export(model, torch.randn(2, 3, size, size), str(path), export_params=True,
+    export_onnx_file(model, torch.randn(2, 3, size, size), str(path), export_params=True,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, input_names=["x"],
                       output_names=["out"], dynamic_axes={"x": {0: "N"}, "out": {0: "N"}}, opset_version=opset)
     return path
@@ -296,7 +298,7 @@ def test_eval_mode_export_with_folded_batchnorm_trains_as_before(tmp_path):
     """In eval mode torch folds BatchNorm into the Conv's weights: no state, every weight trains,
     as the same folded network trains in eager."""
     model = make_cnn().eval()
-    torch.onnx.export(model, torch.zeros(2, 3, 16, 16), str(tmp_path / "folded.onnx"), export_params=True,
+    export_onnx_file(model, torch.zeros(2, 3, 16, 16), str(tmp_path / "folded.onnx"), export_params=True,
                       input_names=["x"], output_names=["out"], dynamic_axes={"x": {0: "N"}, "out": {0: "N"}},
                       opset_version=14)
     graph = onnx.load(str(tmp_path / "folded.onnx")).graph
@@ -339,7 +341,7 @@ def test_eval_mode_batchnorm_that_torch_does_not_fold_keeps_its_statistics(tmp_p
         model[1].running_mean.uniform_(-0.5, 0.5)
         model[1].running_var.uniform_(0.5, 2.0)
     model.eval()
-    torch.onnx.export(model, torch.zeros(2, 12), str(tmp_path / "eval.onnx"), export_params=True,
+    export_onnx_file(model, torch.zeros(2, 12), str(tmp_path / "eval.onnx"), export_params=True,
                       input_names=["x"], output_names=["out"], dynamic_axes={"x": {0: "N"}, "out": {0: "N"}},
                       opset_version=14, do_constant_folding=False)
     assert any(n.op_type == "BatchNormalization" for n in onnx.load(str(tmp_path / "eval.onnx")).graph.node)

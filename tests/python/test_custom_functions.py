@@ -553,9 +553,9 @@ def test_checkpoint_keeps_running_through_the_engine():
 
 
 def test_the_export_restores_function_apply():
-    assert "apply" not in torch.autograd.Function.__dict__
+    before = torch.autograd.Function.__dict__.get("apply")  # torch 2.x defines its own, 1.13 inherits it
     onnxtrain.ORTModule(nn.Linear(2, 2))(torch.randn(1, 2))
-    assert "apply" not in torch.autograd.Function.__dict__
+    assert torch.autograd.Function.__dict__.get("apply") is before
     assert ScaledGradient.apply(torch.ones(1)).item() == 2
 
 

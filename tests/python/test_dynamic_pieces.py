@@ -100,7 +100,9 @@ def test_same_number_of_chunks_needs_no_new_export():
 
 def guard_model(kind, parameter, pieces):
     node = helper.make_node("SplitGuard", ["x"], ["y"], domain="ai.onnxtrain", kind=kind, axis=1,
-                            parameter=parameter, pieces=pieces)
+                            parameter=parameter)
+    # Built by hand: make_attribute cannot tell the type of an empty list.
+    node.attribute.append(onnx.AttributeProto(name="pieces", type=onnx.AttributeProto.INTS, ints=pieces))
     graph = helper.make_graph([node], "guard", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, None])],
                               [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, None])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnxtrain", 1)])

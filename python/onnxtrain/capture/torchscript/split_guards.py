@@ -30,7 +30,9 @@ class _SplitGuard(torch.autograd.Function):
 
     @staticmethod
     def symbolic(g, x, kind, axis, parameter, pieces):
-        out = g.op(f"{DOMAIN}::SplitGuard", x, kind_s=kind, axis_i=axis, parameter_i=parameter, pieces_i=pieces)
+        # An empty list has no type the exporter can tell: no pieces is the attribute's absence.
+        listed = {"pieces_i": pieces} if pieces else {}
+        out = g.op(f"{DOMAIN}::SplitGuard", x, kind_s=kind, axis_i=axis, parameter_i=parameter, **listed)
         out.setType(x.type())
         return out
 

@@ -19,6 +19,8 @@ onnxtrain exports:
 - x.bernoulli_(p) (torchvision's stochastic depth) reaches torch's bernoulli symbolic with p in
   the generator's place and is refused; it becomes ONNX Bernoulli of p filled to x's shape
   (torch.bernoulli(probs) becomes Bernoulli(probs)), drawn by the engine from the run's seed;
+- relu6 exports as a Clip whose gradient at 0 differs from eager's on torch 2.x: it keeps the
+  Relu before the Clip that torch 1.13 writes;
 - max_unpool1d/2d/3d have no symbolic: ONNX MaxUnpool's indices address the whole tensor where
   torch's address one image plane, so they become a ScatterElements along the flattened planes.
 """
@@ -133,15 +135,11 @@ def _bernoulli(g, input, *args):
             isinstance(sh._maybe_get_const(args[0], "f"), float):
         p = sh._maybe_get_const(args[0], "f")
         dtype = sh._try_get_scalar_type(input) or "Float"
-        fill = torch.tensor([p], dtype=_type_utils_dtype(dtype))
+        fill = torch.tensor([p], dtype=torch_onnx.dtype_of_scalar_type(dtype))
         probs = g.op("ConstantOfShape", g.op("Shape", input), value_t=fill)
         return g.op("Bernoulli", probs)
     return g.op("Bernoulli", input)
 
-
-def _type_utils_dtype(scalar_type):
-
-    return torch_onnx.type_utils.JitScalarType.from_name(scalar_type).dtype()
 
 
 def _log_sigmoid(g, input):
@@ -193,7 +191,17 @@ def _max_unpool(g, input, indices, output_size, *stride_and_padding):
     return g.op("Reshape", out, g.op("Concat", batch_and_channels, sizes, axis_i=0))
 
 
+def _relu6(g, x):
+    """Clip(Relu(x), 0, 6), as torch 1.13 exports relu6: torch 2.x writes Clip(x, 0, 6) alone, whose
+    gradient at x = 0 is 1 (Clip's bounds are inclusive, as clamp's are), where eager's relu6
+    (hardtanh, exclusive bounds) gives 0. Relu's gradient at 0 is eager's."""
+    dtype = torch_onnx.dtype_of_scalar_type(sh._try_get_scalar_type(x) or "Float")
+    bound = [g.op("Constant", value_t=torch.tensor(v, dtype=dtype)) for v in (0, 6)]
+    return g.op("Clip", g.op("Relu", x), *bound)
+
+
 _SYMBOLICS = {
+    "aten::relu6": _relu6,
     "aten::max_unpool2d": _max_unpool,
     "aten::max_unpool3d": _max_unpool,
     "aten::log_sigmoid": _log_sigmoid,

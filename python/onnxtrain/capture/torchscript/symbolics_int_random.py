@@ -27,13 +27,11 @@ DOMAIN = "ai.onnxtrain"
 
 
 def _dtype(value):
-
-    name = sh._try_get_scalar_type(value)
-    return None if name is None else torch_onnx.type_utils.JitScalarType.from_name(name).dtype()
+    scalar_type = sh._try_get_scalar_type(value)
+    return None if scalar_type is None else torch_onnx.dtype_of_scalar_type(scalar_type)
 
 
 def _onnx_type(dtype):
-
     return torch_onnx.type_utils.JitScalarType.from_dtype(dtype).onnx_type()
 
 

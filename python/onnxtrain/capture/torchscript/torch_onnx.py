@@ -27,6 +27,17 @@ SymbolicValueError = torch.onnx.errors.SymbolicValueError
 register_custom_op_symbolic = torch.onnx.register_custom_op_symbolic
 unregister_custom_op_symbolic = torch.onnx.unregister_custom_op_symbolic
 
+
+def dtype_of_scalar_type(scalar_type):
+    """The torch dtype of what symbolic_helper._try_get_scalar_type returns: a name ("Float") on
+    torch 1.13, a JitScalarType on torch 2.x (where from_name became _from_name)."""
+    jit = type_utils.JitScalarType
+    if isinstance(scalar_type, jit):
+        return scalar_type.dtype()
+    from_name = getattr(jit, "from_name", None) or jit._from_name
+    return from_name(scalar_type).dtype()
+
+
 _TAKES_DYNAMO = "dynamo" in inspect.signature(torch.onnx.export).parameters
 
 
