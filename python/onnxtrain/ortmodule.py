@@ -290,7 +290,9 @@ class ORTModule(torch.nn.Module):
         self._graphs[key] = (graphs, params, ModuleState(self._original_module))
         self._graphs.move_to_end(key)
         while len(self._graphs) > self._debug_options.max_cached_graphs:
-            self._graphs.popitem(last=False)
+            evicted, _ = self._graphs.popitem(last=False)
+            if not any(k[:3] == evicted[:3] for k in self._graphs):
+                self._last_variant.pop(evicted[:3], None)
             logger.info("onnxtrain: %s keeps %d graphs (DebugOptions.max_cached_graphs); dropping the least "
                         "recently used", name, self._debug_options.max_cached_graphs)
         return self._graphs[key]

@@ -15,6 +15,7 @@
 
 #include "onnx/model_io.h"
 #include "onnxtrain/onnxtrain.h"
+#include "tests/cpp/api_testing.h"
 
 namespace onnxtrain::testing {
 namespace {
@@ -22,22 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int64_t kRows = 6, kChannels = 3, kClasses = 2;
 constexpr double kMomentum = 0.9, kEpsilon = 1e-5;  // ONNX's convention: running * momentum + batch * (1 - momentum)
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("onnxtrain_bn_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 std::vector<float> values(size_t n, float first, float stride) {
   std::vector<float> v(n);
@@ -110,22 +95,8 @@ double inference_loss(const TrainingSession& s, const Array& xa, const Array& ya
   return loss;
 }
 
-bool same_bytes(const Array& a, const Array& b) { return a.type == b.type && a.shape == b.shape && a.bytes == b.bytes; }
-
-std::string expect_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no onnxtrain::Error was thrown";
-  return "";
-}
-
-#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
-
 TEST(ApiBatchNorm, RunningStatisticsAreStateNotParameters) {
-  TempDir tmp;
+  TempDir tmp("onnxtrain_bn_");
   const Model model = Model::from_bytes(batchnorm_model_bytes());
   EXPECT_EQ(model.parameter_names(), (std::vector<std::string>{"scale", "bias", "w", "b"}));
   EXPECT_EQ(model.state_names(), (std::vector<std::string>{"bn.running_mean", "bn.running_var"}));
@@ -148,7 +119,7 @@ TEST(ApiBatchNorm, RunningStatisticsAreStateNotParameters) {
 }
 
 TEST(ApiBatchNorm, TrainStepUpdatesAsPyTorchAndEvaluateUsesTheStatistics) {
-  TempDir tmp;
+  TempDir tmp("onnxtrain_bn_");
   ArtifactOptions sgd;
   sgd.optimizer = Optimizer::SGD;
   sgd.learning_rate = 0.1;
@@ -178,7 +149,7 @@ TEST(ApiBatchNorm, TrainStepUpdatesAsPyTorchAndEvaluateUsesTheStatistics) {
 }
 
 TEST(ApiBatchNorm, CheckpointAndExportCarryTheState) {
-  TempDir tmp;
+  TempDir tmp("onnxtrain_bn_");
   generate_artifacts(Model::from_bytes(batchnorm_model_bytes()), tmp / "art", ArtifactOptions{});
   TrainingSession session(tmp / "art");
   for (int step = 0; step < 2; ++step) session.train_step(batch_x(step), batch_y(step));
@@ -207,7 +178,7 @@ TEST(ApiBatchNorm, CheckpointAndExportCarryTheState) {
 }
 
 TEST(ApiBatchNorm, OpsetThirteenTrainingFormIsStateToo) {
-  TempDir tmp;
+  TempDir tmp("onnxtrain_bn_");
   for (int opset : {13, 17}) {
     const Model model = Model::from_bytes(batchnorm_model_bytes(opset));
     EXPECT_EQ(model.state_names(), (std::vector<std::string>{"bn.running_mean", "bn.running_var"})) << opset;
@@ -247,7 +218,7 @@ TEST(ApiBatchNorm, MatchesTorchEager) {
   const fs::path script = fs::path(__FILE__).parent_path() / "api_torch_batchnorm_reference.py";
   if (std::system("/usr/bin/python3 -c 'import torch, onnx' 2>/dev/null") != 0 || !fs::exists(script))
     GTEST_SKIP() << "needs /usr/bin/python3 with torch and onnx, and " << script;
-  TempDir tmp;
+  TempDir tmp("onnxtrain_bn_");
   ASSERT_EQ(std::system(("/usr/bin/python3 " + script.string() + " " + (tmp / "")).c_str()), 0);
   constexpr int64_t kSteps = 6, kBatch = 4, kImage = 3 * 8 * 8;
   const std::vector<float> xs = read_raw<float>(tmp / "x.bin", kSteps * kBatch * kImage);

@@ -17,6 +17,7 @@
 #include "api/internal.h"
 #include "onnx/model_io.h"
 #include "onnxtrain/onnxtrain.h"
+#include "tests/cpp/api_testing.h"
 #include "tests/cpp/file_sync_recorder.h"
 #include "tests/cpp/mlp_graph.h"
 
@@ -56,22 +57,6 @@ Array batch_labels(int batch) {
   return Array::from_int64s(y, {kBatch});
 }
 Array batch_target(int batch) { return Array::from_floats(pseudo_random(kBatch * kOut, 200 + batch, 1.0f), {kBatch, kOut}); }
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("onnxtrain_api_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 // ---- the reference: the MLP, its loss and gradients, and torch's optimizers, written out plainly.
 struct Weights {
@@ -194,20 +179,6 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], 1e-6 + 1e-5 * std::fabs(want[i])) << what << "[" << i << "]";
 }
-
-bool same_bytes(const Array& a, const Array& b) { return a.type == b.type && a.shape == b.shape && a.bytes == b.bytes; }
-
-std::string expect_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no onnxtrain::Error was thrown";
-  return "";
-}
-
-#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 void train_and_compare(Loss loss, Optimizer opt, ArtifactOptions o) {
   TempDir tmp;

@@ -39,9 +39,14 @@ class PythonOpNode(torch.autograd.Function):
         return g.op("ai.onnxtrain::PythonOp", *tensors, outputs=len(output_dtypes) + 1, **attrs)
 
 
+def _storage_address(t):
+    # untyped_storage on torch 2.x, where storage() warns that TypedStorage is deprecated.
+    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
+
+
 def storages(tensors):
     """The storage addresses of `tensors`, to recognize views of them."""
-    return {t.storage().data_ptr() for t in tensors if t.numel() > 0}
+    return {_storage_address(t) for t in tensors if t.numel() > 0}
 
 
 def export_application(cls, args, apply, functions, caller_storages=frozenset()):
@@ -61,7 +66,7 @@ def export_application(cls, args, apply, functions, caller_storages=frozenset())
     spec = FunctionSpec(cls, template)
     outputs, returns_tuple, non_differentiable, dirty, dirty_outputs, no_gradient = _probe(spec, tensors, apply)
     for i in dirty:
-        if tensors[i].numel() > 0 and tensors[i].storage().data_ptr() in caller_storages:
+        if tensors[i].numel() > 0 and _storage_address(tensors[i]) in caller_storages:
             # Eager would change the caller's own tensor; the engine's Function works on a copy.
             raise UnsupportedFunction(
                 f"the autograd.Function {name} modifies its input {i} in place, which is the module's own input, "
