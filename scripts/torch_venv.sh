@@ -9,8 +9,11 @@ version=${1:?usage: scripts/torch_venv.sh TORCH_VERSION [REQUIREMENT...]}
 shift
 root=${ONNXTRAIN_VENV_ROOT:-$HOME/.cache/onnxtrain}
 venv="$root/torch-$version"
-extras=("$@")
-stamp="$venv/.complete-$(printf '%s\n' "$version" "${extras[@]}" | sha256sum | cut -c1-16)"
+# torchvision is left to pip to match the torch version; onnx and onnxscript are what the
+# torch.export-based exporter needs; matplotlib draws bench/run's charts.
+requirements=("torch==$version" torchvision onnx onnxscript numpy pytest matplotlib "$@")
+# The stamp names what was installed: a new requirement installs again, into the same venv.
+stamp="$venv/.complete-$(printf '%s\n' "${requirements[@]}" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   # Debian's python3 with its venv module: the same interpreter on every Debian 12 machine.
   if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
@@ -21,10 +24,7 @@ if [ ! -f "$stamp" ]; then
   fi
   [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  # torchvision is left to pip to match the torch version; onnx and onnxscript are what the
-  # torch.export-based exporter needs.
-  "$venv/bin/python" -m pip install -q "torch==$version" torchvision onnx onnxscript numpy pytest \
-    "${extras[@]}" >&2
+  "$venv/bin/python" -m pip install -q "${requirements[@]}" >&2
   touch "$stamp"
 fi
 echo "$venv/bin/python"

@@ -1,8 +1,9 @@
 """float16 and bfloat16 against eager on CPU: reductions, elementwise math, comparisons, Where,
 Cast and MatMul/Gemm, outputs and gradients. The engine computes every op in float32 and rounds
 its result once (runtime/half_compute.h); reductions and matmuls accumulate in float32. Outputs
-must be within one rounding step of that reference (the op in float32 on the same inputs,
-rounded) and of eager, except where eager torch 1.13 on CPU is itself further from it (listed in
+must be within one rounding step of the exact result rounded (the op in float64 on the same
+inputs, rounded: torch 2.x's vectorized float32 kernels, gelu's erf among them, are themselves a
+step off in the tails) and of eager, except where eager torch 1.13 on CPU is itself further from it (listed in
 EAGER_LESS_PRECISE, measured: bfloat16 matmul is 34% off on near-zero outputs). Gradients are
 held to the float32 gradient rounded to the type, allowing one step per op of the backward graph
 that rounds an intermediate. An op eager cannot run on CPU for a type is skipped for that type."""
@@ -73,15 +74,22 @@ def eager_or_skip(fn, xs):
         raise
 
 
-# (op, dtype) pairs where eager 1.13 on CPU does not compute in float32 and round once.
+# (op, dtype) pairs where eager on CPU does not compute in float32 and round once: measured on
+# torch 1.13, and for float16 gelu on torch 2.x (1.5 steps off at x = -3.17).
 EAGER_LESS_PRECISE = {("matmul", torch.bfloat16), ("linear", torch.bfloat16), ("logsumexp", torch.bfloat16),
                       ("gelu", torch.bfloat16), ("l2", torch.float16)}
+if not torch.__version__.startswith("1."):
+    EAGER_LESS_PRECISE.add(("gelu", torch.float16))
+
+# Ops whose float32 formula, the one eager uses too, is itself a step off the exact value somewhere:
+# gelu's 1 + erf(x / sqrt 2) cancels in the far negative tail (measured: 0.8% at -4.7e-7).
+FORMULA_STEPS = {"gelu": 2}
 
 
-def float32_reference(fn, xs, dtype):
+def wide_reference(fn, xs, dtype):
     """fn on float32 copies of the inputs: outputs rounded to the type, and the gradients of
     weighted sums of them (weights made by `weights_for`)."""
-    wide = [x.detach().float().requires_grad_() for x in xs]
+    wide = [x.detach().double().requires_grad_() for x in xs]
     out = fn(*wide)
     outs = out if isinstance(out, tuple) else (out,)
     return wide, outs
@@ -99,15 +107,15 @@ def check(fn, dtype, shapes, positive=False, grad=True, grad_steps=2, name="", o
     out = model(*xs)
     outs = out if isinstance(out, tuple) else (out,)
     exps = expected if isinstance(expected, tuple) else (expected,)
-    wide, refs = float32_reference(fn, xs, dtype)
+    wide, refs = wide_reference(fn, xs, dtype)
     differentiable = [o for o in outs if o.dtype.is_floating_point]
     if differentiable:
         assert_engine_ran(differentiable[0])
     for i, (o, e, r) in enumerate(zip(outs, exps, refs)):
-        if o.dtype.is_floating_point and r.dtype == torch.float32 and e.dtype != torch.float32:
+        if o.dtype.is_floating_point and r.dtype != o.dtype:
             r = r.to(o.dtype)
         if o.dtype.is_floating_point:  # integer results of rounded values (a cast) follow eager only
-            assert_within_one_step(o.detach(), r.detach(), dtype, f"output {i} against float32 rounded once",
+            assert_within_one_step(o.detach(), r.detach(), dtype, f"output {i} against float64 rounded once",
                                    out_steps)
         if (name, dtype) not in EAGER_LESS_PRECISE:
             assert_within_one_step(o.detach(), e.detach(), dtype, f"output {i} against eager", out_steps)
@@ -116,7 +124,7 @@ def check(fn, dtype, shapes, positive=False, grad=True, grad_steps=2, name="", o
     weights = weights_for(outs, dtype)
     sum((o * w).float().sum() for o, w in zip(differentiable, weights)).backward()
     float_refs = [r for r in refs if r.dtype.is_floating_point]
-    sum((r * w.float()).sum() for r, w in zip(float_refs, weights)).backward()
+    sum((r * w.to(r.dtype)).sum() for r, w in zip(float_refs, weights)).backward()
     eager_weights = weights_for(exps, dtype)
     try:
         sum((e * w).float().sum() for e, w in zip([e for e in exps if e.dtype.is_floating_point], eager_weights)) \
@@ -173,7 +181,8 @@ UNARY = {
 @pytest.mark.parametrize("dtype", TYPES, ids=IDS)
 @pytest.mark.parametrize("name", list(UNARY))
 def test_unary_math(name, dtype):
-    check(UNARY[name], dtype, [(8, 33)], positive=name in ("log", "sqrt", "reciprocal"), name=name)
+    check(UNARY[name], dtype, [(8, 33)], positive=name in ("log", "sqrt", "reciprocal"), name=name,
+          out_steps=FORMULA_STEPS.get(name, 1))
 
 
 BINARY = {
@@ -218,20 +227,33 @@ def test_a_module_in_the_type_trains_as_eager(dtype):
         if "not implemented for" in str(e):
             pytest.skip(f"eager on CPU: {e}")
         raise
-    wide = copy.deepcopy(eager).float()
+    wide = copy.deepcopy(eager).double()
     wide.zero_grad()
     model = onnxtrain.ORTModule(copy.deepcopy(eager))
     model.module.zero_grad()
     out = model(x)
     assert_engine_ran(out)
-    reference = wide(x.float())
-    # Two layers: the hidden activations are rounded once more than the float32 reference.
-    assert_within_one_step(out.detach(), reference.detach().to(dtype), dtype, "logits", steps=2, floor=0.25)
+    reference = wide(x.double())
+    # Two layers: the hidden activations are rounded once more than the float64 reference; where
+    # eager itself is farther from it (float16 on torch 2.x: logits that cancel), eager's own
+    # distance is the bound.
+    eager_out = eager(x)
+    within_steps_or_eager(out.detach(), eager_out.detach(), reference.detach(), dtype, "logits", steps=2)
     out.sum().backward()
     reference.sum().backward()
-    for (name, p), pw in zip(model.module.named_parameters(), wide.parameters()):
+    for (name, p), pe, pw in zip(model.module.named_parameters(), eager.parameters(), wide.parameters()):
         assert p.grad.dtype == dtype
-        assert_within_one_step(p.grad, pw.grad.to(dtype), dtype, f"{name}.grad", steps=3, floor=0.25)
+        within_steps_or_eager(p.grad, pe.grad, pw.grad, dtype, f"{name}.grad", steps=3)
+
+
+def within_steps_or_eager(actual, eager, reference, dtype, what, steps):
+    """actual within `steps` rounding steps of the float64 reference (scaled as
+    assert_within_one_step does, floor 0.25), or no farther from it than eager is."""
+    ours = (actual.double() - reference).abs().max().item()
+    theirs = (eager.double() - reference).abs().max().item()
+    if ours <= 1.25 * theirs:
+        return
+    assert_within_one_step(actual, reference.to(dtype), dtype, what, steps=steps, floor=0.25)
 
 
 # ONNX reductions as nodes, including those torch 1.13 cannot run on CPU for these types

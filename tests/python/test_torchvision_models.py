@@ -202,6 +202,12 @@ def test_torchvision_model_trains_at_the_float64_floor(name):
     assert not problems, f"{name}:\n" + "\n".join(problems[:20])
 
 
+# The If that torch 2.x's MultiheadAttention export adds has no single-node float64 twin (its body
+# is several nodes): the audit reports it with that reason, which this test allows for control-flow
+# nodes only.
+CONTROL_FLOW = {"If", "Loop", "Scan"}
+
+
 def audit_worst_nodes(names):
     """Per model: its worst node in one audited training step, and the nodes without a float64 twin."""
     results = {}
@@ -216,7 +222,8 @@ def audit_worst_nodes(names):
         worst = report.worst(1)[0]
         results[name] = {"op_type": worst.op_type, "node": worst.node, "graph": worst.graph,
                          "rel_error": worst.rel_error, "nodes": len(report.rows),
-                         "not_compared": [f"{r.op_type} {r.node}: {r.reason}" for r in report.not_compared]}
+                         "not_compared": [f"{r.op_type} {r.node}: {r.reason}" for r in report.not_compared
+                                          if r.op_type not in CONTROL_FLOW]}
     return results
 
 

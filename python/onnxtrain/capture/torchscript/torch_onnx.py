@@ -3,10 +3,12 @@ how they moved between torch versions. torch 1.13 and 2.x up to 2.8 have them at
 later 2.x keep them at torch.onnx._internal.torchscript_exporter.* (torch.onnx.symbolic_* are
 shims there that re-export only public names, and symbolic functions are private), and
 torch.onnx.export takes dynamo=True by default."""
+import contextlib
 import importlib
 import inspect
 
 import torch
+import torch.nn.functional
 
 
 def _module(name):
@@ -46,3 +48,23 @@ def export(*args, **kwargs):
     if _TAKES_DYNAMO:
         kwargs["dynamo"] = False
     return torch.onnx.export(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def tracing_workarounds():
+    """While the trace runs: torch 2.x's max_unpool checks its output size with torch._check_value,
+    which refuses the traced sizes (0-d tensors) that output_size=x.shape[2:] gives under the
+    tracer; the check runs on their values instead, which are the ones the trace computes with."""
+    original = getattr(torch.nn.functional, "_check_unpool_output_size", None)
+    if original is None:  # torch 1.13 checks in plain Python
+        yield
+        return
+
+    def check_values(output_size, dim):
+        return original([int(v) for v in output_size], dim)
+
+    torch.nn.functional._check_unpool_output_size = check_values
+    try:
+        yield
+    finally:
+        torch.nn.functional._check_unpool_output_size = original

@@ -35,7 +35,7 @@ def export_once(module, tensors, input_schema, training):
     with preserved_state(module), traced_as_in_training(module), symbolics.registered(OPSET), \
             functions.recorded_functions(recorded, functions.storages(list(tensors) + list(module.parameters()) +
                                                                   list(module.buffers())), flat.traced_scalars), \
-            checkpoint.marked_checkpoints(), split_guards.guarded_splits(), \
+            checkpoint.marked_checkpoints(), split_guards.guarded_splits(), torch_onnx.tracing_workarounds(), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", torch.jit.TracerWarning)
         try:
