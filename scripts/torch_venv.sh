@@ -15,7 +15,7 @@ requirements=("torch==$version" torchvision onnx onnxscript numpy pytest matplot
 # The stamp names what was installed: a new requirement installs again, into the same venv.
 stamp="$venv/.complete-$(printf '%s\n' "${requirements[@]}" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  # Debian's python3 with its venv module: the same interpreter on every Debian 12 machine.
+  # Debian's /usr/bin/python3 with its venv module: the same interpreter on every Debian 12 machine.
   if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -1,12 +1,14 @@
 #pragma once
-// Helpers of the public API's tests: a fresh directory per test, byte equality of arrays, and
-// the text of the onnxtrain::Error a call throws.
+// Helpers of the public API's tests: a fresh directory per test, byte equality of arrays, the
+// text of the onnxtrain::Error a call throws, and raw reference files.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "onnxtrain/onnxtrain.h"
 
@@ -44,6 +46,16 @@ inline std::string expect_error(const std::function<void()>& f) {
   }
   ADD_FAILURE() << "no onnxtrain::Error was thrown";
   return "";
+}
+
+// n values of type T from a raw binary file (what the torch reference scripts write).
+template <typename T>
+std::vector<T> read_raw(const std::string& path, size_t n) {
+  std::vector<T> v(n);
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
+  EXPECT_TRUE(in.good()) << path;
+  return v;
 }
 
 #define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)

@@ -197,15 +197,6 @@ TEST(ApiBatchNorm, OpsetThirteenTrainingFormIsStateToo) {
     EXPECT_TRUE(same_bytes(old_form.state(name), new_form.state(name))) << name;
 }
 
-template <typename T>
-std::vector<T> read_raw(const std::string& path, size_t n) {
-  std::vector<T> v(n);
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
-  EXPECT_TRUE(in.good()) << path;
-  return v;
-}
-
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)

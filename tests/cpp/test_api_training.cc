@@ -403,15 +403,6 @@ TEST(ApiTraining, ModelWithItsOwnLoss) {
   EXPECT_EQ(a.evaluate(batch_x(3), batch_target(3)).accuracy, -1);
 }
 
-template <typename T>
-std::vector<T> read_raw(const std::string& path, size_t n) {
-  std::vector<T> v(n);
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
-  EXPECT_TRUE(in.good()) << path;
-  return v;
-}
-
 // torch.onnx.export's model trained through the artifacts ends where torch eager training with
 // torch.optim ends (tests/cpp/api_torch_reference.py writes torch's side; same hyperparameters).
 TEST(ApiTraining, MatchesTorchEager) {

@@ -132,3 +132,10 @@ def test_guard_accepts_exactly_the_sizes_that_give_the_exported_pieces(kind, par
             else:
                 with pytest.raises(_C.ExportMismatchError, match=rf"SplitGuard.*gives {len(now)} pieces"):
                     session.run(onnxtrain._engine.to_capsules([data]))
+
+
+def test_guard_with_a_huge_chunk_count_refuses_without_allocating_the_pieces():
+    """An empty dim chunks into `chunks` empty pieces: a hostile count is compared, never built."""
+    session = _C.InferenceSession(guard_model("chunk", 2**62, [1]))
+    with pytest.raises(_C.ExportMismatchError, match=f"gives {2**62} pieces;"):
+        session.run(onnxtrain._engine.to_capsules([torch.empty(2, 0)]))

@@ -15,19 +15,28 @@
 namespace onnxtrain {
 namespace {
 
-// The sizes of the pieces torch makes of a dim of `size`, as ATen's chunk, split and unbind do.
-std::vector<int64_t> torch_pieces(const std::string& kind, int64_t size, int64_t parameter) {
-  if (kind == "unbind") return std::vector<int64_t>(static_cast<size_t>(size), 1);
-  int64_t piece = parameter;  // split's split_size
-  if (kind == "chunk") {
-    piece = (size + parameter - 1) / parameter;
-    if (piece == 0) return std::vector<int64_t>(static_cast<size_t>(parameter), 0);  // chunks of an empty dim
+// How torch's chunk, split and unbind cut a dim of `size`, as ATen does: `count` pieces of `piece`
+// elements, the last one holding the rest. An empty dim chunks into `parameter` empty pieces.
+struct TorchCut {
+  int64_t count = 0, piece = 0, size = 0;
+
+  // The piece sizes; only called once `count` is known to equal an attribute's length.
+  std::vector<int64_t> sizes() const {
+    std::vector<int64_t> out(static_cast<size_t>(count), piece);
+    if (count > 0) out.back() = size - piece * (count - 1);
+    return out;
   }
-  if (piece == 0) return {size};
-  const int64_t count = std::max<int64_t>((size + piece - 1) / piece, 1);
-  std::vector<int64_t> pieces(static_cast<size_t>(count), piece);
-  pieces.back() = size - piece * (count - 1);
-  return pieces;
+};
+
+TorchCut torch_cut(const std::string& kind, int64_t size, int64_t parameter) {
+  if (kind == "unbind") return {size, 1, size};
+  if (kind == "chunk") {
+    const int64_t piece = size / parameter + (size % parameter != 0);  // ceil, without overflow
+    if (piece == 0) return {parameter, 0, 0};
+    return {size / piece + (size % piece != 0), piece, size};
+  }
+  if (parameter == 0) return {1, size, size};  // split_size 0: torch allows it on an empty dim only
+  return {std::max<int64_t>(size / parameter + (size % parameter != 0), 1), parameter, size};
 }
 
 std::string list(const std::vector<int64_t>& v) {
@@ -54,15 +63,17 @@ class SplitGuardKernel final : public Kernel {
   void compute(KernelContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     OT_CHECK(axis_ >= 0 && axis_ < x.rank(), "axis ", axis_, " is out of range for the input ", x.str());
-    const std::vector<int64_t> now = torch_pieces(kind_, x.dim(static_cast<int>(axis_)), parameter_);
+    const int64_t size = x.dim(static_cast<int>(axis_));
+    const TorchCut cut = torch_cut(kind_, size, parameter_);
     // chunk exports its slices from the size at run time, so only their number is fixed; split and
     // unbind export constant sizes.
-    const bool fits = kind_ == "chunk" ? now.size() == exported_.size() : now == exported_;
-    if (!fits) {
+    const bool same_count = cut.count == static_cast<int64_t>(exported_.size());
+    if (!same_count || (kind_ != "chunk" && cut.sizes() != exported_)) {
       throw ExportMismatchError(str_cat(
           "the graph was exported for ", describe_call(), " giving ", exported_.size(), " pieces ", list(exported_),
-          ", but this input's dim ", axis_, " of size ", x.dim(static_cast<int>(axis_)), " gives ", now.size(),
-          " pieces ", list(now), "; the module has to be exported again for this input"));
+          ", but this input's dim ", axis_, " of size ", size, " gives ", cut.count, " pieces",
+          same_count ? " " + list(cut.sizes()) : std::string(),
+          "; the module has to be exported again for this input"));
     }
     ctx.alias_input(0, 0, x.shape());
   }
