@@ -123,6 +123,11 @@ class NodeByNodeInference {
     // Many inference functions read an input's type without checking that it is known.
     for (const std::string& input : n.inputs)
       if (!input.empty() && !pointers_.count(input)) return;
+    // libonnx 1.12's MaxUnpool inference reads the indices' shape unchecked (a fuzzer crash: indices
+    // typed but without a shape): it runs only when every input's rank is known.
+    if (n.domain.empty() && n.op_type == "MaxUnpool")
+      for (size_t i = 0; i < n.inputs.size(); ++i)
+        if (!n.inputs[i].empty() && rank_of(n, i) < 0) return;
     onnx::NodeProto proto;
     node_to_proto(n, &proto);
     onnx::shape_inference::InferenceContextImpl ctx(proto, pointers_, data_, no_sparse_data_);
