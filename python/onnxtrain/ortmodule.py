@@ -220,7 +220,8 @@ class ORTModule(torch.nn.Module):
         tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
         call = (self._original_module.training, schema, _io.tensor_signature(tensors))
         if failed.exported.shrunk and not failed.proven:  # traced on a cut-down batch: never fit
-            self._graphs.pop(next(k for k, v in self._graphs.items() if v[0] is failed), None)
+            for key in [k for k, v in self._graphs.items() if v[0] is failed]:
+                del self._graphs[key]
         for key in [k for k, v in self._graphs.items() if k[:3] == call and v[0] is not failed]:
             graphs, params, state = self._graphs[key]
             if not state.unchanged():
