@@ -21,7 +21,7 @@ import torch
 
 from ._logging import logger
 
-FORMAT = 6  # 6: chunk, split and unbind cut through SplitGuard nodes
+FORMAT = 7  # 7: the capture backend keys an entry; torch.export's dim ranges
 _MAGIC = b"onnxtrain-export-cache"
 _warned_unusable = set()
 
@@ -50,7 +50,10 @@ def _simple_attributes(module):
 
 def key(module, training, schema, signature):
     h = hashlib.sha256()
-    parts = [FORMAT, torch.__version__, importlib.metadata.version("onnx"), training, repr(schema), repr(signature)]
+    from .capture import backend_name
+
+    parts = [FORMAT, torch.__version__, importlib.metadata.version("onnx"), backend_name(), training, repr(schema),
+             repr(signature)]
     for name, sub in module.named_modules():
         parts += [name, _class_source(type(sub)), _simple_attributes(sub)]
     for name, t in list(module.named_parameters()) + list(module.named_buffers()):
@@ -128,6 +131,8 @@ def _describe(exported):
         "output_names": _encode(list(exported.output_names)),
         "has_randomness": bool(exported.has_randomness),
         "shrunk": bool(exported.shrunk),
+        "dim_ranges": _encode(exported.dim_ranges),
+        "shape_guards": _encode(tuple(exported.shape_guards)),
     }
 
 
@@ -143,6 +148,8 @@ def _rebuild(description, model_bytes):
                         bool(d["bakes_scalars"]), _decode(d["input_names"]), _decode(d["output_names"]),
                         bool(d["has_randomness"]))
     exported.shrunk = bool(d["shrunk"])
+    exported.dim_ranges = _decode(d["dim_ranges"])
+    exported.shape_guards = _decode(d["shape_guards"])
     return exported
 
 

@@ -11,6 +11,7 @@ import torch
 
 from . import _C, _cache, _io, profiler
 from ._autograd import ORTModuleFunction
+from ._compile import opaque_to_torch_compile, unwrap_compiled
 from ._engine import Graphs
 from .capture import TRACE_BATCH, ExportError, diagnose_input_dtypes, export
 from ._logging import apply_log_level, logger
@@ -73,6 +74,7 @@ class ORTModule(torch.nn.Module):
             raise TypeError(f"ORTModule wraps a torch.nn.Module, got {type(module).__name__}")
         if debug_options is not None and not isinstance(debug_options, DebugOptions):
             raise TypeError(f"ORTModule(debug_options=...) takes a DebugOptions, got {type(debug_options).__name__}")
+        module = unwrap_compiled(module)
         self._original_module = module
         self._debug_options = debug_options or DebugOptions()
         apply_log_level(self._debug_options.log_level)
@@ -124,6 +126,7 @@ class ORTModule(torch.nn.Module):
 
     # ---- calls ----
 
+    @opaque_to_torch_compile
     def forward(self, *args, **kwargs):
         if self._fallback_reason is not None:
             return self._original_module(*args, **kwargs)
@@ -132,7 +135,7 @@ class ORTModule(torch.nn.Module):
             feeds = self._feeds(graphs, params, tensors)
             self.__dict__["engine_runs"] += 1
             try:
-                outputs = self._run(graphs, feeds)
+                outputs = self._run(graphs, feeds, tensors)
             except _C.ExportMismatchError as e:
                 mismatch = str(e)
                 del e
@@ -147,7 +150,7 @@ class ORTModule(torch.nn.Module):
                 del e
                 graphs, params, tensors = self._graphs_for(args, kwargs, full_trace=True)
                 feeds = self._feeds(graphs, params, tensors)
-                outputs = self._run(graphs, feeds)
+                outputs = self._run(graphs, feeds, tensors)
             graphs.proven = True
         except _FALLBACK_ERRORS as e:
             reason = str(e)
@@ -165,7 +168,10 @@ class ORTModule(torch.nn.Module):
         return [t if t.is_contiguous() else t.contiguous() for t in feeds]
 
     @staticmethod
-    def _run(graphs, feeds):
+    def _run(graphs, feeds, tensors):
+        misfit = graphs.exported.misfit(tensors)
+        if misfit is not None:  # torch.export fixed a size these inputs do not have
+            raise _C.ExportMismatchError(misfit)
         if torch.is_grad_enabled() and any(t.requires_grad for t in feeds):
             run = graphs.training_run(tuple(t.requires_grad and t.is_floating_point() for t in feeds))
             return ORTModuleFunction.apply(run, *feeds)
@@ -227,7 +233,7 @@ class ORTModule(torch.nn.Module):
             if not state.unchanged():
                 continue
             try:
-                outputs = self._run(graphs, self._feeds(graphs, params, tensors))
+                outputs = self._run(graphs, self._feeds(graphs, params, tensors), tensors)
             except _C.ExportMismatchError:
                 continue
             self._graphs.move_to_end(key)
@@ -238,7 +244,7 @@ class ORTModule(torch.nn.Module):
                     mismatch)
         graphs, params, tensors = self._graphs_for(args, kwargs, full_trace=True, variant=variant)
         self._last_variant[call] = variant
-        return graphs, self._run(graphs, self._feeds(graphs, params, tensors))
+        return graphs, self._run(graphs, self._feeds(graphs, params, tensors), tensors)
 
     def _check_call(self, args, kwargs, schema):
         """Before an export: a call the forward cannot take raises TypeError, as eager does, rather

@@ -2,6 +2,7 @@
 #include "onnx/subgraph_closure.h"
 
 #include <onnx/checker.h>
+#include <onnx/defs/schema.h>
 #include <onnx/onnx-data_pb.h>
 #include <onnx/onnx_pb.h>
 
@@ -52,6 +53,17 @@ Graph load_model(const std::string& bytes, ModelMeta* meta) {
     OT_CHECK(op.version() >= 1 && op.version() <= 10000, "the model imports domain '", domain, "' at version ",
              op.version(), "; opset versions start at 1");
     g.opsets[domain] = static_cast<int>(op.version());
+  }
+  // A later opset redefines ops (opset 18 moved ReduceMax's axes to an input): read with the
+  // latest definitions this build knows, such a model would run with other semantics.
+  const auto& known = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  for (const auto& [domain, version] : g.opsets) {
+    auto range = known.find(domain.empty() ? onnx::ONNX_DOMAIN : domain);
+    if (range != known.end() && version > range->second.second)
+      throw UnsupportedError(str_cat("the model imports opset ", version, " of domain '", domain,
+                                     "'; this build of onnxtrain knows its ops up to version ", range->second.second,
+                                     ", and later versions change what some mean. "
+                                     "Export the model at opset ", range->second.second, " or lower"));
   }
   load_graph(mp.graph(), g);
   // Without an imported version a node has no schema, and nothing could check its inputs.

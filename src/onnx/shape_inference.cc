@@ -63,16 +63,39 @@ class NodeByNodeInference {
     OT_THROW(n.describe(), ": input ", input, " '", n.inputs[input], "' ", why);
   }
 
+  // Ops whose output size libonnx computes from strides, dilations and a kernel: it divides by
+  // the strides (a fuzzer crash: AveragePool with a zero stride), and the kernels need all three
+  // positive anyway.
+  static bool is_windowed(const std::string& op) {
+    return op == "Conv" || op == "ConvTranspose" || op == "ConvInteger" || op == "QLinearConv" ||
+           op == "MaxPool" || op == "AveragePool" || op == "LpPool" || op == "MaxUnpool";
+  }
+
+  static void refuse_nonpositive_window(const Node& n) {
+    for (const char* name : {"strides", "dilations", "kernel_shape"}) {
+      if (!n.has_attr(name)) continue;
+      for (int64_t v : n.attr_ints(name))
+        if (v <= 0) OT_THROW(n.describe(), ": attribute ", name, " has the value ", v, "; every entry must be positive");
+    }
+    if (n.has_attr("group") && n.attr_int("group", 1) <= 0)
+      OT_THROW(n.describe(), ": attribute group is ", n.attr_int("group", 1), "; it must be positive");
+  }
+
   // Ranks that libonnx 1.12's inference functions assume without checking. Each guard names a
   // crash seen (issue 11, the fuzzer); the kernels check the same conditions at run time.
   void guard(const Node& n) const {
     const std::string& op = n.op_type;
     if (!n.domain.empty()) return;
+    if (is_windowed(op)) refuse_nonpositive_window(n);
     if (op == "Conv" || op == "ConvTranspose") {
       const int x = rank_of(n, 0), w = rank_of(n, 1);
       if (x >= 0 && x < 3) refuse(n, 0, str_cat("has rank ", x, "; ", op, " needs [N, C, spatial...] (rank >= 3)"));
       if (w >= 0 && w < 3) refuse(n, 1, str_cat("has rank ", w, "; ", op, " needs a weight of rank >= 3"));
       if (x >= 0 && w >= 0 && x != w) refuse(n, 1, str_cat("has rank ", w, " but X has rank ", x, "; they must match"));
+    } else if (op == "DepthToSpace" || op == "SpaceToDepth") {
+      // libonnx divides the channels (or the spatial dims) by the block size.
+      const int64_t block = n.attr_int("blocksize", 0);
+      if (block <= 0) OT_THROW(n.describe(), ": blocksize is ", block, "; it must be positive");
     } else if (op == "LayerNormalization") {
       const int x = rank_of(n, 0);
       if (x == 0) refuse(n, 0, "is a scalar; LayerNormalization needs rank >= 1");

@@ -7,32 +7,73 @@ One interface, one module per backend. A backend is a module with
                         one trace of `module` on the flat inputs (see common.FlatModule).
 What every backend shares (the Exported result, its errors, the driver that traces a cut-down batch
 first in a forked child) is in common.py; the front end calls export() below and nothing else.
-"""
-import os
 
-from . import common, torchscript
+The TorchScript backend is the default on every torch. The torch.export backend
+(ONNXTRAIN_CAPTURE=torch_export, torch 2.6 and later) is not the default yet: the whole suite
+does not pass on it (see the README). With TORCH_EXPORT_IS_DEFAULT, where torch has it, it would
+be, and a module it cannot capture (a data-dependent branch, a custom autograd.Function) would be
+exported by the TorchScript backend instead, with a warning that names the reason. A backend that
+ONNXTRAIN_CAPTURE names never falls back.
+"""
+import logging
+import os
+import warnings
+
+from . import common, torch_export, torchscript
 from .common import TRACE_BATCH, BufferUpdates, Exported, ExportError, InputDtypeError, diagnose_input_dtypes
 
-BACKENDS = {torchscript.NAME: torchscript}
-DEFAULT = torchscript.NAME
+BACKENDS = {torchscript.NAME: torchscript, torch_export.NAME: torch_export}
+TORCH_EXPORT_IS_DEFAULT = False
+logger = logging.getLogger("onnxtrain")
 
 
-def backend():
-    """The backend ONNXTRAIN_CAPTURE names, or the default."""
-    name = os.environ.get("ONNXTRAIN_CAPTURE", "") or DEFAULT
+def _chosen():
+    """(backend, whether the user chose it): ONNXTRAIN_CAPTURE's, or the default."""
+    name = os.environ.get("ONNXTRAIN_CAPTURE", "")
+    if not name:
+        if TORCH_EXPORT_IS_DEFAULT and torch_export.unavailable_reason() is None:
+            return torch_export, False
+        return torchscript, False
     chosen = BACKENDS.get(name)
     if chosen is None:
         raise ValueError(f"ONNXTRAIN_CAPTURE={name!r} names no capture backend; valid: {', '.join(sorted(BACKENDS))}")
     why = chosen.unavailable_reason()
     if why is not None:
         raise ValueError(f"ONNXTRAIN_CAPTURE={name!r}: {why}")
-    return chosen
+    return chosen, True
+
+
+def backend():
+    """The backend ONNXTRAIN_CAPTURE names, or the default."""
+    return _chosen()[0]
+
+
+def backend_name():
+    return backend().NAME
 
 
 def export(module, tensors, input_schema, training, full_trace=False):
     """Exports `module` called on the inputs (tensors, input_schema) with the chosen backend."""
-    return common.export(backend().export_once, module, tensors, input_schema, training, full_trace)
+    chosen, explicit = _chosen()
+    if hasattr(chosen, "prepare"):
+        chosen.prepare()  # in this process, so that each forked export reuses it
+    try:
+        return common.export(chosen.export_once, module, tensors, input_schema, training, full_trace)
+    except ExportError as e:
+        if explicit or chosen is torchscript:
+            raise
+        reason = str(e)
+    message = (f"onnxtrain: the torch.export capture cannot export {type(module).__name__}, so the TorchScript "
+               f"exporter (deprecated in torch 2.x) exports it instead: {reason}")
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+    logger.warning(message)
+    try:
+        exported = common.export(torchscript.export_once, module, tensors, input_schema, training, full_trace)
+    except ExportError as e:
+        raise ExportError(f"{e} (the torch.export capture had failed first: {reason})") from None
+    exported.capture_fallback = reason
+    return exported
 
 
-__all__ = ["TRACE_BATCH", "BufferUpdates", "ExportError", "Exported", "InputDtypeError", "backend",
+__all__ = ["TRACE_BATCH", "BufferUpdates", "ExportError", "Exported", "InputDtypeError", "backend", "backend_name",
            "diagnose_input_dtypes", "export"]

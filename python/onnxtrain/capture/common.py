@@ -3,6 +3,7 @@ module that tracers see, the state an export must leave as it was, the check of 
 inputs, and the export driver (a cut-down batch first, in a forked child process)."""
 import contextlib
 import gc
+import math
 import os
 
 import torch
@@ -75,6 +76,11 @@ class BufferUpdates:
         return bool(self.outputs)
 
 
+class _Observed:
+    output_schema = None
+    first_outputs = None
+
+
 class FlatModule(torch.nn.Module):
     """Takes and returns flat tensor tuples, so the ONNX graph has one input per tensor. Keeps
     what the first traced call saw and returned, for the check of Python number inputs."""
@@ -83,16 +89,29 @@ class FlatModule(torch.nn.Module):
         super().__init__()
         self.module = module
         self.input_schema = input_schema
-        self.output_schema = None
         self.scalar_positions = _io.scalar_positions(input_schema)
         self.traced_scalars = set()  # ids of the 0-d tensors the trace passed for Python numbers
-        self.first_outputs = None
+        # Set on a plain object: torch.export undoes what the forward assigns to a module's
+        # attributes, and to dicts and lists they hold.
+        self.observed = _Observed()
+
+    @property
+    def output_schema(self):
+        return self.observed.output_schema
+
+    @property
+    def first_outputs(self):
+        return self.observed.first_outputs
+
+    @first_outputs.setter
+    def first_outputs(self, value):
+        self.observed.first_outputs = value
 
     def forward(self, *tensors):
         self.traced_scalars.update(id(tensors[i]) for i in self.scalar_positions)
         args, kwargs = _io.unflatten_inputs(self.input_schema, tensors)
         out = self.module(*args, **kwargs)
-        flat, self.output_schema = _io.flatten_outputs(out)
+        flat, self.observed.output_schema = _io.flatten_outputs(out)
         if self.first_outputs is None and self.scalar_positions:
             self.first_outputs = (self.output_schema, [t.detach().clone() for t in flat])
         return tuple(flat)
@@ -178,6 +197,52 @@ class Exported:
         self.trace_warnings = list(trace_warnings)
         self.bakes_scalars = bakes_scalars
         self.shrunk = False  # traced on a cut-down batch (see trace_inputs)
+        # Per flat input, per dim, (lowest, highest or None) that the graph holds for; None: every
+        # size (the TorchScript exporter's graphs; torch.export fixes sizes the code depends on).
+        self.dim_ranges = None
+        # torch.export's guards on the inputs' sizes (Python expressions over L['tensors'][i]):
+        # relations between dims (x.shape[1] * x.shape[2] == 12) the graph assumes.
+        self.shape_guards = ()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_compiled_guards", None)  # code objects do not pickle; compiled again on use
+        return state
+
+    def _guards(self):
+        compiled = self.__dict__.get("_compiled_guards")
+        if compiled is None:
+            compiled = [(text, compile(text, "<torch.export guard>", "eval")) for text in self.shape_guards]
+            self.__dict__["_compiled_guards"] = compiled
+        return compiled
+
+    def failed_guard(self, tensors):
+        """The first shape guard that these inputs break (or that cannot be evaluated), or None."""
+        scope = {"L": {"tensors": tensors}}
+        for text, code in self._guards():
+            try:
+                holds = bool(eval(code, {"__builtins__": {}, "math": math}, scope))  # noqa: S307 - torch's own guards
+            except Exception:  # noqa: BLE001 - a guard that cannot be checked does not hold
+                holds = False
+            if not holds:
+                return text
+        return None
+
+    def misfit(self, tensors):
+        """None if the graph holds for these inputs' sizes, else why not."""
+        guard = self.failed_guard(tensors) if self.shape_guards else None
+        if guard is not None:
+            return f"the inputs' sizes break the condition {guard} under which torch.export made the graph"
+        if self.dim_ranges is None:
+            return None
+        for i, (t, dims) in enumerate(zip(tensors, self.dim_ranges)):
+            for d, (lowest, highest) in enumerate(dims):
+                size = t.shape[d]
+                if size < lowest or (highest is not None and size > highest):
+                    held = f"{lowest}" if lowest == highest else f"{lowest} to {highest if highest is not None else 'any'}"
+                    return (f"input {i} has size {size} in dim {d}, and torch.export made the graph for sizes {held} "
+                            "there")
+        return None
 
 
 # The trace runs the module's forward on the example inputs, so a large batch makes the first

@@ -94,21 +94,34 @@ _EAGER_OPTIONS = ("context_fn", "determinism_check", "debug", "early_stop", "res
 
 
 @contextlib.contextmanager
-def marked_checkpoints():
-    """While the export traces: every torch.utils.checkpoint.checkpoint call, reentrant or not,
-    traces its segment between boundary markers. The function's own code is swapped for a
-    trampoline for the trace's duration, since callers hold the function itself (a from-import,
-    a functools.partial, as Hugging Face's gradient checkpointing does), and torch's non-reentrant
-    implementation changed between versions (torch 2.x runs it as a generator around the call,
-    which cannot hand the segment other tensors). Outside a trace, the call runs torch's code."""
+def replaced_checkpoint(replacement):
+    """torch.utils.checkpoint.checkpoint runs replacement(untouched, function, *args, **kwargs)
+    while the context lasts, where untouched is torch's own implementation. The function's code
+    is swapped for a trampoline, since callers hold the function itself (a from-import, a
+    functools.partial, as Hugging Face's gradient checkpointing does)."""
     # torch 2.x wraps checkpoint (to keep dynamo out of it); the wrapper calls the function itself.
     target = inspect.unwrap(torch.utils.checkpoint.checkpoint)
     original_code = target.__code__
     untouched = types.FunctionType(original_code, target.__globals__, target.__name__, target.__defaults__,
                                    target.__closure__)
     untouched.__kwdefaults__ = target.__kwdefaults__
+    target.__globals__["_onnxtrain_checkpoint"] = lambda *args, **kwargs: replacement(untouched, *args, **kwargs)
+    target.__code__ = _trampoline.__code__
+    try:
+        yield
+    finally:
+        target.__code__ = original_code
+        target.__globals__.pop("_onnxtrain_checkpoint", None)
 
-    def marked(function, *args, use_reentrant=None, **kwargs):
+
+@contextlib.contextmanager
+def marked_checkpoints():
+    """While the export traces: every torch.utils.checkpoint.checkpoint call, reentrant or not,
+    traces its segment between boundary markers (torch's non-reentrant implementation changed
+    between versions: torch 2.x runs it as a generator around the call, which cannot hand the
+    segment other tensors). Outside a trace, the call runs torch's code."""
+
+    def marked(untouched, function, *args, use_reentrant=None, **kwargs):
         if torch._C._get_tracing_state() is None:
             return untouched(function, *args, use_reentrant=use_reentrant, **kwargs)
         preserve_rng_state = kwargs.pop("preserve_rng_state", True)
@@ -118,10 +131,5 @@ def marked_checkpoints():
             raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
         return traced_segment((function, preserve_rng_state) + args, kwargs)
 
-    target.__globals__["_onnxtrain_checkpoint"] = marked
-    target.__code__ = _trampoline.__code__
-    try:
+    with replaced_checkpoint(marked):
         yield
-    finally:
-        target.__code__ = original_code
-        target.__globals__.pop("_onnxtrain_checkpoint", None)

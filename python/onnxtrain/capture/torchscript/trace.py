@@ -10,7 +10,8 @@ import torch
 from ... import _io
 from ..common import (RANDOM_OPS, Exported, ExportError, FlatModule, numbers_change_the_result, preserved_state,
                       traced_as_in_training)
-from . import checkpoint, functions, rewrite, split_guards, symbolics, torch_onnx
+from .. import onnx_rewrites
+from . import checkpoint, functions, split_guards, symbolics, torch_onnx
 
 OPSET = 17
 
@@ -54,7 +55,7 @@ def export_once(module, tensors, input_schema, training):
     model = onnx.load_from_string(buffer.getvalue())
     num_user_outputs = len(model.graph.output)
     try:
-        buffer_updates = rewrite.adapt_to_pytorch(model, module)
+        buffer_updates = onnx_rewrites.adapt_to_pytorch(model, module)
     except ValueError as e:
         raise ExportError(str(e)) from None
     graph_inputs = []

@@ -1,4 +1,5 @@
-"""Rewrites of torch's exported graph where ONNX semantics differ from PyTorch's.
+"""Rewrites of an exported ONNX graph where ONNX semantics differ from PyTorch's (both capture
+backends: their graphs name the module's tensors module.<path>).
 
 - Training-mode BatchNormalization: ONNX updates running_var with the biased batch variance and
   does not make the new statistics graph outputs. It becomes ai.onnxtrain::BatchNormTraining
@@ -21,7 +22,7 @@ import copy
 import onnx
 import torch
 
-from ..common import BufferUpdates
+from .common import BufferUpdates
 
 DOMAIN = "ai.onnxtrain"
 PREFIX = "module."  # graph inputs that are parameters or buffers are named module.<path>
@@ -78,7 +79,7 @@ def _rewrite_embedding(module, node):
     node.attribute.append(onnx.helper.make_attribute("padding_idx", padding))
 
 
-def _is_module_tensor(module, path):
+def is_module_tensor(module, path):
     owner_path, _, name = path.rpartition(".")
     try:
         owner = module.get_submodule(owner_path) if owner_path else module
@@ -95,7 +96,7 @@ def _undo_initializer_deduplication(model, module):
         source, target = node.input[0], node.output[0]
         if source not in inputs or not source.startswith(PREFIX) or not target.startswith(PREFIX):
             continue
-        if not _is_module_tensor(module, target[len(PREFIX):]):
+        if not is_module_tensor(module, target[len(PREFIX):]):
             continue
         separate = copy.deepcopy(inputs[source])
         separate.name = target

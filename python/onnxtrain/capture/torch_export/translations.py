@@ -1,0 +1,62 @@
+"""ATen-to-ONNX functions that replace onnxscript's where its export differs from eager PyTorch.
+
+onnxscript's training-mode batch norm (aten::_native_batch_norm_legit_functional) forces its
+inference branch: it normalizes with the running statistics and leaves them unchanged, so a
+training step would be silently wrong. Ours writes BatchNormalization in training mode, which
+onnx_rewrites then turns into the engine's BatchNormTraining (PyTorch's running-variance update)
+with the new statistics as graph outputs.
+"""
+import torch
+from onnxscript import opset18 as op
+
+
+def _channels_like(x, value):
+    """A [C] tensor of `value` for the channels of x (statistics that no buffer holds)."""
+    return op.Expand(op.CastLike(op.Constant(value_float=value), x), op.Shape(x, start=1, end=2))
+
+
+def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    if weight is None:
+        weight = _channels_like(x, 1.0)
+    if bias is None:
+        bias = _channels_like(x, 0.0)
+    if not training:
+        norm = op.BatchNormalization(x, weight, bias, running_mean, running_var, epsilon=eps, training_mode=0)
+        inv_std = op.Div(op.CastLike(op.Constant(value_float=1.0), running_var),
+                         op.Sqrt(op.Add(running_var, op.CastLike(op.Constant(value_float=eps), running_var))))
+        return norm, op.Identity(running_mean), inv_std, op.Identity(running_mean), op.Identity(running_var)
+    # ONNX's momentum weighs the old statistics, PyTorch's the batch's.
+    norm, new_mean, new_var = op.BatchNormalization(x, weight, bias, running_mean, running_var, epsilon=eps,
+                                                    momentum=1.0 - momentum, training_mode=1)
+    # The batch's own statistics, as aten returns them (modules never read them: dead code then).
+    axes = op.Constant(value_ints=[d for d in range(len(x.shape)) if d != 1])
+    batch_mean = op.ReduceMean(x, axes, keepdims=1)
+    centered = op.Sub(x, batch_mean)
+    batch_var = op.ReduceMean(op.Mul(centered, centered), axes, keepdims=0)
+    inv_std = op.Reciprocal(op.Sqrt(op.Add(batch_var, op.CastLike(op.Constant(value_float=eps), batch_var))))
+    return norm, op.ReduceMean(x, axes, keepdims=0), inv_std, new_mean, new_var
+
+
+def batch_norm_functional(x, weight=None, bias=None, running_mean=None, running_var=None, training=False,
+                          momentum=0.9, eps=1e-05):
+    if running_mean is None:
+        running_mean = _channels_like(x, 0.0)
+    if running_var is None:
+        running_var = _channels_like(x, 1.0)
+    return _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def batch_norm_no_stats(x, weight=None, bias=None, training=True, momentum=0.1, eps=1e-05):
+    """track_running_stats=False: the batch's statistics in both modes, nothing to keep."""
+    norm, save_mean, save_inv_std, _, _ = _batch_norm(x, weight, bias, _channels_like(x, 0.0), _channels_like(x, 1.0),
+                                                       True, momentum, eps)
+    return norm, save_mean, save_inv_std
+
+
+def table():
+    """The custom_translation_table for torch.onnx.export."""
+    aten = torch.ops.aten
+    return {
+        aten._native_batch_norm_legit_functional.default: batch_norm_functional,
+        aten._native_batch_norm_legit.no_stats: batch_norm_no_stats,
+    }
