@@ -20,6 +20,15 @@ def assert_close(actual, expected, what=""):
     torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL, msg=lambda m: f"{what}: {m}")
 
 
+def torch_export_capture():
+    """Whether modules are captured with torch.export (ONNXTRAIN_CAPTURE=torch_export or auto):
+    tests of what only one capture does (torch.export fixes dims of size 0 and 1, so a batch of 1
+    gets an export of its own) ask this."""
+    import onnxtrain.capture
+
+    return onnxtrain.capture.backend_name() == "torch_export"
+
+
 def assert_engine_ran(output):
     assert output.grad_fn is not None, "output has no grad_fn: the engine did not run"
     assert "ORTModuleFunction" in type(output.grad_fn).__name__, type(output.grad_fn).__name__

@@ -287,3 +287,59 @@ def test_an_empty_batch_falls_back_to_torchscript(torch_export_by_default):
             assert_close(model(x), ref(x), f"batch {n} output")
         for (name, b), c in zip(module.named_buffers(), ref.buffers()):
             assert_close(b, c, f"batch {n} buffer {name}")
+
+
+class Nested(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = torch.nn.Linear(4, 6)
+        self.head = torch.nn.Linear(6, 2)
+
+    def forward(self, batch, steps: int):
+        h = torch.tanh(self.enc(batch["tokens"])) * batch["mask"].unsqueeze(-1)
+        return {"pooled": h.sum(dim=1) / steps, "logits": [self.head(h)]}
+
+
+@needs_torch_export
+def test_nested_inputs_and_outputs_and_a_python_int_over_dynamic_dims(torch_export_only):
+    torch.manual_seed(0)
+    module = Nested()
+    ref = copy.deepcopy(module)
+    model = onnxtrain.ORTModule(module)
+    for step, (batch, length) in enumerate(((3, 5), (2, 7), (4, 3))):
+        data = {"tokens": torch.randn(batch, length, 4), "mask": (torch.rand(batch, length) > 0.3).float()}
+        out, ref_out = model(data, length), ref(data, length)
+        assert_engine_ran(out["pooled"])
+        assert_close(out["pooled"], ref_out["pooled"], f"step {step} pooled")
+        assert_close(out["logits"][0], ref_out["logits"][0], f"step {step} logits")
+        (out["pooled"].sum() + out["logits"][0].square().sum()).backward()
+        (ref_out["pooled"].sum() + ref_out["logits"][0].square().sum()).backward()
+        for (name, p), q in zip(module.named_parameters(), ref.parameters()):
+            assert_close(p.grad, q.grad, f"step {step} {name}.grad")
+    assert len(model._graphs) == 1  # new batch and sequence lengths and a new int: the same export
+
+
+@needs_torch_export
+def test_the_export_cache_keeps_torch_exports_guards(torch_export_only, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("ONNXTRAIN_CACHE_DIR", str(tmp_path))
+
+    class Fixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(12, 2)
+
+        def forward(self, x):
+            return self.fc(x.reshape(x.shape[0], 12))
+
+    torch.manual_seed(0)
+    module = Fixed()
+    x = torch.randn(3, 3, 4)
+    onnxtrain.ORTModule(module)(x)
+    assert list(tmp_path.iterdir())
+    again = onnxtrain.ORTModule(module)
+    with caplog.at_level("INFO", logger="onnxtrain"):
+        assert_close(again(x), module(x), "output from the cached export")
+    assert "from the cache" in caplog.text
+    (exported,) = [graphs.exported for graphs, _, _ in again._graphs.values()]
+    assert exported.shape_guards and exported.dim_ranges is not None
+    assert exported.failed_guard([torch.randn(3, 5, 4)]) is not None

@@ -1,12 +1,14 @@
 """Control flow and sequences in exported graphs: the If that torch emits for shape-dependent
 code over dynamic dims, data-dependent If from scripted functions, x.chunk's sequences, and
 Loop (forward only), each against PyTorch eager with fallback off."""
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
 
 import onnxtrain
-from conftest import assert_close, assert_engine_ran
+from conftest import assert_close, assert_engine_ran, torch_export_capture
 from parity import train_and_compare
 
 
@@ -108,5 +110,12 @@ def test_loop_runs_forward_and_training_through_it_is_refused_naming_the_loop():
     with torch.no_grad():
         assert_close(model(x), module(x), "loop output")
     model.train()
+    if torch_export_capture():  # torch.export unrolls the scripted loop: training runs, as eager's
+        ref = copy.deepcopy(module)
+        model(x.clone().requires_grad_()).sum().backward()
+        ref(x.clone()).sum().backward()
+        for (name, p), q in zip(module.named_parameters(), ref.parameters()):
+            assert_close(p.grad, q.grad, f"{name}.grad through the unrolled loop")
+        return
     with pytest.raises(Exception, match="Loop"):
         model(x.clone().requires_grad_()).sum().backward()

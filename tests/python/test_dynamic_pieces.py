@@ -86,7 +86,11 @@ def test_alternating_sizes_reuse_their_exports():
     """A full batch and a last, smaller one alternate over epochs: each keeps its own export."""
     g = torch.Generator().manual_seed(2)
     model = run_and_compare(CUTS["split4_dim0"], [torch.randn(rows, 4, generator=g) for rows in [8, 6, 8, 6, 8, 6]])
-    assert 2 <= len(model._graphs) <= 3  # 8 rows, 6 rows, and possibly the cut-down trace's
+    # The TorchScript capture: 8 rows, 6 rows, and possibly the cut-down trace's. torch.export's
+    # graph splits symbolically, and both sizes make 2 pieces: one export serves them.
+    assert 1 <= len(model._graphs) <= 3
+    if onnxtrain.capture.backend_name() == "torchscript":
+        assert len(model._graphs) >= 2
 
 
 def test_same_number_of_chunks_needs_no_new_export():

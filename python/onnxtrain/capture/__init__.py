@@ -10,10 +10,11 @@ first in a forked child) is in common.py; the front end calls export() below and
 
 The TorchScript backend is the default on every torch. The torch.export backend
 (ONNXTRAIN_CAPTURE=torch_export, torch 2.6 and later) is not the default yet: the whole suite
-does not pass on it (see the README). With TORCH_EXPORT_IS_DEFAULT, where torch has it, it would
-be, and a module it cannot capture (a data-dependent branch, a custom autograd.Function) would be
-exported by the TorchScript backend instead, with a warning that names the reason. A backend that
-ONNXTRAIN_CAPTURE names never falls back.
+does not pass on it (see the README). ONNXTRAIN_CAPTURE=auto, or TORCH_EXPORT_IS_DEFAULT, uses it
+where torch has it, and a module it cannot capture (a data-dependent branch, a custom
+autograd.Function, an op whose ONNX differs from eager) is exported by the TorchScript backend
+instead, with a warning that names the reason. A backend that ONNXTRAIN_CAPTURE names never falls
+back.
 """
 import logging
 import os
@@ -30,13 +31,14 @@ logger = logging.getLogger("onnxtrain")
 def _chosen():
     """(backend, whether the user chose it): ONNXTRAIN_CAPTURE's, or the default."""
     name = os.environ.get("ONNXTRAIN_CAPTURE", "")
-    if not name:
-        if TORCH_EXPORT_IS_DEFAULT and torch_export.unavailable_reason() is None:
+    if not name or name == "auto":
+        if (TORCH_EXPORT_IS_DEFAULT or name == "auto") and torch_export.unavailable_reason() is None:
             return torch_export, False
         return torchscript, False
     chosen = BACKENDS.get(name)
     if chosen is None:
-        raise ValueError(f"ONNXTRAIN_CAPTURE={name!r} names no capture backend; valid: {', '.join(sorted(BACKENDS))}")
+        raise ValueError(f"ONNXTRAIN_CAPTURE={name!r} names no capture backend; valid: auto, "
+                         f"{', '.join(sorted(BACKENDS))}")
     why = chosen.unavailable_reason()
     if why is not None:
         raise ValueError(f"ONNXTRAIN_CAPTURE={name!r}: {why}")

@@ -191,8 +191,10 @@ def to_opset17(model):
 
     _downgrade_graph(model.graph, _Constants(model.graph), fresh)
     used_domains = {n.domain for n in _all_nodes(model.graph)} | {"", "ai.onnx"}
-    imports = [(o.domain, 17 if o.domain in ("", "ai.onnx") else o.version) for o in model.opset_import
-               if o.domain in used_domains]
+    imports = [(o.domain, o.version) for o in model.opset_import
+               if o.domain in used_domains and o.domain not in ("", "ai.onnx")]
+    # Always imported: a graph without nodes (an identity) gets no opset from the exporter.
+    imports.insert(0, ("", 17))
     del model.opset_import[:]
     model.opset_import.extend(helper.make_opsetid(domain, version) for domain, version in imports)
     model.ir_version = 8

@@ -11,8 +11,8 @@ import torch
 
 from ... import _io
 from .. import onnx_rewrites
-from ..common import (RANDOM_OPS, Exported, ExportError, FlatModule, numbers_change_the_result, preserved_state,
-                      traced_as_in_training)
+from ..common import (RANDOM_OPS, Exported, ExportError, FlatModule, diagnose_input_dtypes, numbers_change_the_result,
+                      preserved_state, traced_as_in_training)
 from . import opset17, refused, translations
 
 
@@ -129,6 +129,11 @@ def export_once(module, tensors, input_schema, training):
         # otherwise than eager runs it on an empty batch).
         raise ExportError(f"input {empty[0]} has an empty dim {tuple(tensors[empty[0]].shape)}, which the torch.export "
                           "capture does not trace")
+    # torch.export traces fake tensors, whose kernels do not all check dtypes (a float64 input
+    # through a float32 Linear traces): a call that eager refuses for its dtypes is refused here.
+    dtype_error = diagnose_input_dtypes(module, tensors, input_schema, "")
+    if dtype_error is not None:
+        raise ExportError(str(dtype_error))
     flat = FlatModule(module, input_schema)
     flat.training = module.training  # only the wrapper's flag: a submodule in eval mode stays so
     args = tuple(t.detach() for t in tensors)
@@ -136,9 +141,17 @@ def export_once(module, tensors, input_schema, training):
     error = None
     with preserved_state(module), traced_as_in_training(module), refused.refused_constructs():
         try:
+            # Not size-oblivious (which the dynamo exporter uses for dims of size 1): onnxscript then
+            # writes x.squeeze(1) as a Squeeze that fails for every other size. torch.export fixes
+            # dims of size 0 and 1 instead, so a batch of 1 gets an export of its own.
             program = torch.export.export(flat, args, dynamic_shapes=dynamic, strict=False)
         except Exception as e:  # noqa: BLE001 - every capture failure is reported the same way
             error = f"torch.export.export failed for {type(module).__name__}: {type(e).__name__}: {_first_lines(e)}"
+    if error is None:
+        try:
+            refused.refuse_differing_ops(program)
+        except refused.NotCapturable as e:
+            error = f"the torch.export capture does not export {type(module).__name__}: {e}"
     if error is not None:
         raise ExportError(error)
     ranges = _dim_ranges(program, len(tensors))

@@ -1,11 +1,21 @@
-"""What this capture does not record, refused while torch.export traces so that the front end's
+"""What this capture does not record as eager runs it, refused by name, so that the front end's
 fallback (the TorchScript capture) exports the module instead, saying why.
+
+While torch.export traces:
 
 - A custom torch.autograd.Function: torch.export would trace its forward inline, and the engine
   would differentiate that instead of running the user's backward, a silently different gradient.
   The TorchScript capture records it as a PythonOp node that calls the user's backward.
 - torch.utils.checkpoint: torch.export traces the segment inline, so the engine would keep its
   activations instead of recomputing them; the TorchScript capture marks the segment.
+
+In the traced program (refuse_differing_ops): ATen ops whose onnxscript translation differs from
+eager where the TorchScript capture has onnxtrain's own symbolic (capture/torchscript/symbolics*.py),
+each found by the suite run on this backend: where ties send a gradient (max and min along a dim,
+adaptive max pooling), NaN propagation (relu6, hardtanh, log_sigmoid, group_norm), losses with
+ignore_index, label smoothing or reduction='none', integer division's rounding, and float16 or
+bfloat16 values (onnxscript computes reductions and gelu in the tensor's own precision, eager
+accumulates in float32), and float64 values (Python float constants pass through float32).
 """
 import contextlib
 
@@ -48,3 +58,57 @@ def refused_constructs():
             base.apply = original
         else:
             del base.apply
+
+
+_DIFFERING = {
+    "max": "ties along the dim route the gradient otherwise than eager",
+    "min": "ties along the dim route the gradient otherwise than eager",
+    "amax": "ties route the gradient otherwise than eager",
+    "amin": "ties route the gradient otherwise than eager",
+    "adaptive_max_pool1d": "ties in a window route the gradient otherwise than eager",
+    "adaptive_max_pool2d": "ties in a window route the gradient otherwise than eager",
+    "adaptive_max_pool3d": "ties in a window route the gradient otherwise than eager",
+    "relu6": "NaN propagates otherwise than eager",
+    "hardtanh": "NaN propagates otherwise than eager",
+    "log_sigmoid": "NaN and large inputs are handled otherwise than eager",
+    "log_sigmoid_forward": "NaN and large inputs are handled otherwise than eager",
+    "group_norm": "NaN propagates otherwise than eager",
+    "native_group_norm": "NaN propagates otherwise than eager",
+    "cross_entropy_loss": "ignore_index, label smoothing and reduction='none' differ from eager",
+    "nll_loss": "reduction='none' and ignore_index differ from eager",
+    "nll_loss_forward": "reduction='none' and ignore_index differ from eager",
+    "nll_loss2d_forward": "reduction='none' and ignore_index differ from eager",
+    "nll_loss_nd": "reduction='none' and ignore_index differ from eager",
+    "floor_divide": "integer rounding and division by zero differ from eager",
+    "remainder": "integer results and division by zero differ from eager",
+    "fmod": "integer results and division by zero differ from eager",
+    "multinomial": "draws without replacement are not eager's",
+}
+_HALF = ("float16", "bfloat16")
+
+
+def _op_name(target):
+    name = getattr(target, "__name__", str(target))  # an OpOverload: "max.dim"
+    return name.split(".")[0]
+
+
+def refuse_differing_ops(program):
+    """Raises NotCapturable for the first op of `program` that onnxscript translates otherwise
+    than eager runs it (see the module docstring)."""
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = _op_name(node.target)
+        why = _DIFFERING.get(name)
+        if name == "div" and node.kwargs.get("rounding_mode") is not None:
+            why = "rounding division of integers and division by zero differ from eager"
+        if why is not None:
+            raise NotCapturable(f"aten.{name} (node {node.name}): onnxscript's ONNX for it {why}")
+        value = node.meta.get("val")
+        dtype = str(getattr(value, "dtype", "")).replace("torch.", "")
+        if dtype in _HALF:
+            raise NotCapturable(f"node {node.name} computes in {dtype}: onnxscript reduces and computes gelu in "
+                                "the tensor's own precision, where eager accumulates in float32")
+        if dtype == "float64":
+            raise NotCapturable(f"node {node.name} computes in float64: onnxscript writes Python float constants "
+                                "through float32, which loses a float64 model's precision")

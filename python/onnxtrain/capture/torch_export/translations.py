@@ -4,7 +4,8 @@ onnxscript's training-mode batch norm (aten::_native_batch_norm_legit_functional
 inference branch: it normalizes with the running statistics and leaves them unchanged, so a
 training step would be silently wrong. Ours writes BatchNormalization in training mode, which
 onnx_rewrites then turns into the engine's BatchNormTraining (PyTorch's running-variance update)
-with the new statistics as graph outputs.
+with the new statistics as graph outputs. Its squeeze of a dynamic dim fails for every size but
+1, where torch.export traced it as no squeeze (_squeezed).
 """
 import torch
 from onnxscript import opset18 as op
@@ -53,10 +54,38 @@ def batch_norm_no_stats(x, weight=None, bias=None, training=True, momentum=0.1, 
     return norm, save_mean, save_inv_std
 
 
+def _squeezed(x, dims):
+    """squeeze's dims that are 1 in the graph. torch.export keeps dims of size 1 fixed at 1 and
+    traces every dynamic dim as not 1, so squeeze leaves those; onnxscript's Squeeze of a dynamic
+    dim fails at run time for every size but 1."""
+    rank = len(x.shape)
+    return [d % rank for d in dims if isinstance(x.shape[d % rank], int) and x.shape[d % rank] == 1]
+
+
+def _squeeze(x, dims):
+    axes = _squeezed(x, dims)
+    return op.Squeeze(x, op.Constant(value_ints=axes)) if axes else op.Identity(x)
+
+
+def squeeze_dim(x, dim):
+    return _squeeze(x, [dim])
+
+
+def squeeze_dims(x, dim):
+    return _squeeze(x, list(dim))
+
+
+def squeeze_all(x):
+    return _squeeze(x, list(range(len(x.shape))))
+
+
 def table():
     """The custom_translation_table for torch.onnx.export."""
     aten = torch.ops.aten
     return {
         aten._native_batch_norm_legit_functional.default: batch_norm_functional,
         aten._native_batch_norm_legit.no_stats: batch_norm_no_stats,
+        aten.squeeze.dim: squeeze_dim,
+        aten.squeeze.dims: squeeze_dims,
+        aten.squeeze.default: squeeze_all,
     }
