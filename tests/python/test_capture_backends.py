@@ -123,7 +123,7 @@ def test_a_branch_on_a_size_gets_an_export_per_side(torch_export_only):
 
         def forward(self, x):
             y = self.fc(x)
-            return y.sum(dim=1) if x.shape[1] > 3 else y.amax(dim=1)
+            return y.sum(dim=1) if x.shape[1] > 3 else y.mean(dim=1)
 
     torch.manual_seed(0)
     module = SizeBranch()
@@ -343,3 +343,16 @@ def test_the_export_cache_keeps_torch_exports_guards(torch_export_only, tmp_path
     (exported,) = [graphs.exported for graphs, _, _ in again._graphs.values()]
     assert exported.shape_guards and exported.dim_ranges is not None
     assert exported.failed_guard([torch.randn(3, 5, 4)]) is not None
+
+
+@needs_torch_export
+def test_guards_that_call_torch_functions_are_checked(torch_export_only):
+    """A conv's output size in a guard reads torch.sym_max(1, h - 2)."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))
+    model = onnxtrain.ORTModule(module)
+    x = torch.randn(3, 3, 8, 8)
+    assert_close(model(x), module(x), "output")
+    (exported,) = [graphs.exported for graphs, _, _ in model._graphs.values()]
+    assert exported.failed_guard([x]) is None
+    assert exported.misfit([torch.randn(3, 3, 9, 9)]) is not None

@@ -65,6 +65,24 @@ def _eager_error(module, tensors, input_schema):
     return None
 
 
+@contextlib.contextmanager
+def replaced_function_apply(make_apply):
+    """torch.autograd.Function.apply is make_apply(torch_apply) while the context lasts, where
+    torch_apply(cls) is PyTorch's own apply bound to cls: the tracers would otherwise inline a
+    Function's forward, and differentiating that would silently ignore the user's backward."""
+    base = torch.autograd.Function
+    had_own = "apply" in base.__dict__
+    original = base.__dict__["apply"] if had_own else torch._C._FunctionBase.__dict__["apply"]
+    base.apply = classmethod(make_apply(lambda cls: original.__get__(None, cls)))
+    try:
+        yield
+    finally:
+        if had_own:
+            base.apply = original
+        else:
+            del base.apply
+
+
 class BufferUpdates:
     """Extra graph outputs that carry new buffer values, and the BatchNorm modules they belong to."""
 
@@ -221,7 +239,8 @@ class Exported:
         scope = {"L": {"tensors": tensors}}
         for text, code in self._guards():
             try:
-                holds = bool(eval(code, {"__builtins__": {}, "math": math}, scope))  # noqa: S307 - torch's own guards
+                # torch's own guard code: sizes, arithmetic, math.* and torch.sym_max and the like.
+                holds = bool(eval(code, {"__builtins__": {}, "math": math, "torch": torch}, scope))  # noqa: S307
             except Exception:  # noqa: BLE001 - a guard that cannot be checked does not hold
                 holds = False
             if not holds:

@@ -115,10 +115,8 @@ def _reshape_computed_shapes_literally(model):
             node.attribute.append(onnx.helper.make_attribute("allowzero", 1))
 
 
-def adapt_to_pytorch(model, module):
-    """Rewrites `model` in place; returns the BufferUpdates the front end must apply."""
-    _undo_initializer_deduplication(model, module)
-    _reshape_computed_shapes_literally(model)
+def fresh_names(model):
+    """A function that returns a name no value of `model`'s graph has yet, from a base name."""
     used = {v for n in model.graph.node for v in list(n.input) + list(n.output)}
     used |= {i.name for i in model.graph.input}
 
@@ -129,6 +127,15 @@ def adapt_to_pytorch(model, module):
             name = f"{base}_{k}"
         used.add(name)
         return name
+
+    return fresh
+
+
+def adapt_to_pytorch(model, module):
+    """Rewrites `model` in place; returns the BufferUpdates the front end must apply."""
+    _undo_initializer_deduplication(model, module)
+    _reshape_computed_shapes_literally(model)
+    fresh = fresh_names(model)
 
     updates = BufferUpdates()
     rewritten = False

@@ -7,6 +7,7 @@ import onnx.numpy_helper
 from onnx import helper
 
 from ..common import ExportError
+from ..onnx_rewrites import fresh_names
 
 # Opset 18 moved their axes from an attribute to an optional input.
 _AXES_TO_ATTRIBUTE = {"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
@@ -179,15 +180,7 @@ def to_opset17(model):
     if model.functions:
         names = ", ".join(sorted(f"{f.domain}::{f.name}" for f in model.functions))
         raise ExportError(f"the torch.export capture wrote ONNX functions ({names}), which the engine does not run")
-    used = {v for n in model.graph.node for v in list(n.input) + list(n.output)}
-
-    def fresh(base):
-        name, k = base, 0
-        while name in used:
-            k += 1
-            name = f"{base}_{k}"
-        used.add(name)
-        return name
+    fresh = fresh_names(model)
 
     _downgrade_graph(model.graph, _Constants(model.graph), fresh)
     used_domains = {n.domain for n in _all_nodes(model.graph)} | {"", "ai.onnx"}

@@ -22,6 +22,7 @@ import contextlib
 import torch
 
 from ..._python_op import qualified_name
+from ..common import replaced_function_apply
 from ..torchscript.checkpoint import replaced_checkpoint
 
 
@@ -35,29 +36,21 @@ def _is_torch_own(cls):
 
 @contextlib.contextmanager
 def refused_constructs():
-    base = torch.autograd.Function
-    had_own = "apply" in base.__dict__
-    original = base.__dict__["apply"] if had_own else torch._C._FunctionBase.__dict__["apply"]
+    def make_apply(torch_apply_of):
+        def apply(cls, *args, **kwargs):
+            if not _is_torch_own(cls):
+                raise NotCapturable(f"the custom autograd.Function {qualified_name(cls)} would be traced inline, "
+                                    "ignoring its backward")
+            return torch_apply_of(cls)(*args, **kwargs)
 
-    def apply(cls, *args, **kwargs):
-        if not _is_torch_own(cls):
-            raise NotCapturable(f"the custom autograd.Function {qualified_name(cls)} would be traced inline, "
-                                "ignoring its backward")
-        return original.__get__(None, cls)(*args, **kwargs)
+        return apply
 
     def checkpoint(untouched, function, *args, **kwargs):
         raise NotCapturable(f"torch.utils.checkpoint of {getattr(function, '__qualname__', function)!s} would be "
                             "traced inline, without recomputation")
 
-    base.apply = classmethod(apply)
-    try:
-        with replaced_checkpoint(checkpoint):
-            yield
-    finally:
-        if had_own:
-            base.apply = original
-        else:
-            del base.apply
+    with replaced_function_apply(make_apply), replaced_checkpoint(checkpoint):
+        yield
 
 
 _DIFFERING = {

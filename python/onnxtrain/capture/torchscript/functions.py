@@ -9,7 +9,7 @@ import os
 import torch
 
 from ..._python_op import FunctionSpec, UnsupportedFunction, check_constant, qualified_name
-from ..common import ScalarsMustBeBaked
+from ..common import ScalarsMustBeBaked, replaced_function_apply
 from . import checkpoint
 
 _export_ids = itertools.count()
@@ -157,28 +157,21 @@ def recorded_functions(functions, caller_storages, traced_scalars):
     `caller_storages`: storage addresses of the module's inputs, parameters and buffers. A
     Python number argument reaching a Function must reach it as the number: `traced_scalars`
     holds the ids of the tensors that stand for numbers in the trace."""
-    base = torch.autograd.Function
-    had_own = "apply" in base.__dict__
-    original = base.__dict__["apply"] if had_own else torch._C._FunctionBase.__dict__["apply"]
+    def make_apply(torch_apply_of):
+        def apply(cls, *args, **kwargs):
+            torch_apply = torch_apply_of(cls)
+            if kwargs or torch._C._get_tracing_state() is None or cls is PythonOpNode:
+                # Off the trace (a Function applied inside another's forward while it is probed),
+                # or keyword arguments, which PyTorch refuses with its own error.
+                return torch_apply(*args, **kwargs)
+            if qualified_name(cls) == _CHECKPOINT:  # (run_function, preserve_rng_state, *inputs)
+                return checkpoint.traced_segment(args)
+            if any(id(a) in traced_scalars for a in args):
+                raise ScalarsMustBeBaked(f"the autograd.Function {qualified_name(cls)} takes a Python number "
+                                         "argument of the module")
+            return export_application(cls, args, torch_apply, functions, caller_storages)
 
-    def apply(cls, *args, **kwargs):
-        torch_apply = original.__get__(None, cls)
-        if kwargs or torch._C._get_tracing_state() is None or cls is PythonOpNode:
-            # Off the trace (a Function applied inside another's forward while it is probed), or
-            # keyword arguments, which PyTorch refuses with its own error.
-            return torch_apply(*args, **kwargs)
-        if qualified_name(cls) == _CHECKPOINT:  # (run_function, preserve_rng_state, *inputs)
-            return checkpoint.traced_segment(args)
-        if any(id(a) in traced_scalars for a in args):
-            raise ScalarsMustBeBaked(f"the autograd.Function {qualified_name(cls)} takes a Python number "
-                                     "argument of the module")
-        return export_application(cls, args, torch_apply, functions, caller_storages)
+        return apply
 
-    base.apply = classmethod(apply)
-    try:
+    with replaced_function_apply(make_apply):
         yield
-    finally:
-        if had_own:
-            base.apply = original
-        else:
-            del base.apply
