@@ -241,16 +241,57 @@ def test_ops_new_in_opset_18_are_refused_by_name(op):
         opset17.to_opset17(model)
 
 
+class HalfGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.scale = scale
+        return x * 3, (x > 0).float()
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        return grad * ctx.scale, None  # not the forward's derivative: an inlined forward would give 3
+
+
+class WithFunction(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y, positive = HalfGradient.apply(self.fc(x), 0.5)
+        return y * positive + y
+
+
 @needs_torch_export
-def test_a_custom_function_falls_back_to_torchscript_which_runs_its_backward(torch_export_by_default):
-    class HalfGradient(torch.autograd.Function):
+def test_a_custom_function_is_a_python_op_that_runs_its_backward(torch_export_only):
+    torch.manual_seed(0)
+    module = WithFunction()
+    ref = copy.deepcopy(module)
+    model = onnxtrain.ORTModule(module)
+    for batch in (3, 5):  # dynamic batch through the Function's outputs
+        x = torch.randn(batch, 4)
+        out = model(x)
+        assert_close(out, ref(x), f"batch {batch} output")
+        out.sum().backward()
+        ref(x).sum().backward()
+        assert_close(module.fc.weight.grad, ref.fc.weight.grad, f"batch {batch} fc.weight.grad (the user's backward)")
+    graphs = next(iter(model._graphs.values()))[0]
+    nodes = onnx.load_from_string(graphs.exported.model_bytes).graph.node
+    assert [n.op_type for n in nodes if n.domain == "ai.onnxtrain"] == ["PythonOp"]
+    assert len(model._graphs) == 1
+
+
+@needs_torch_export
+def test_an_in_place_function_falls_back_to_torchscript_loudly(torch_export_by_default):
+    class DoubleInPlace(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
-            return x * 3
+            ctx.mark_dirty(x)
+            return x.mul_(2)
 
         @staticmethod
         def backward(ctx, grad):
-            return grad * 0.5  # not the forward's derivative: an inlined forward would give 3
+            return grad * 2
 
     class Model(torch.nn.Module):
         def __init__(self):
@@ -258,7 +299,7 @@ def test_a_custom_function_falls_back_to_torchscript_which_runs_its_backward(tor
             self.fc = torch.nn.Linear(4, 4)
 
         def forward(self, x):
-            return HalfGradient.apply(self.fc(x))
+            return DoubleInPlace.apply(self.fc(x) + 0)
 
     torch.manual_seed(0)
     module = Model()
@@ -268,10 +309,10 @@ def test_a_custom_function_falls_back_to_torchscript_which_runs_its_backward(tor
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = model(x)
-    assert any("HalfGradient would be traced inline" in str(w.message) for w in caught)
+    assert any("DoubleInPlace modifies an input in place" in str(w.message) for w in caught)
     out.sum().backward()
     ref(x).sum().backward()
-    assert_close(module.fc.weight.grad, ref.fc.weight.grad, "fc.weight.grad through the Function's backward")
+    assert_close(module.fc.weight.grad, ref.fc.weight.grad, "fc.weight.grad")
 
 
 @needs_torch_export

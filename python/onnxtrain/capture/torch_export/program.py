@@ -13,6 +13,7 @@ from ... import _io
 from .. import onnx_rewrites
 from ..common import (RANDOM_OPS, Exported, ExportError, FlatModule, diagnose_input_dtypes, numbers_change_the_result,
                       preserved_state, traced_as_in_training)
+from . import functions as python_functions
 from . import opset17, refused, translations
 
 
@@ -138,14 +139,43 @@ def export_once(module, tensors, input_schema, training):
     flat.training = module.training  # only the wrapper's flag: a submodule in eval mode stays so
     args = tuple(t.detach() for t in tensors)
     dynamic = {"tensors": tuple({d: torch.export.Dim.AUTO for d in range(t.dim())} for t in args)}
+    functions = {}
+    try:
+        program = _export_program(module, flat, args, tensors, dynamic, functions)
+        return _finish(module, flat, program, args, tensors, input_schema, functions)
+    finally:
+        python_functions.forget(functions)
+
+
+def _export_program(module, flat, args, tensors, dynamic, functions):
+    """torch.export's program; a module with custom Functions is first run eagerly to probe them."""
+    try:
+        return _trace(module, flat, args, dynamic, functions, None)
+    except refused.NeedsProbes:
+        pass
+    probes = []
+    try:
+        # The user's own tensors: a 0-d tensor that stands for a Python number is recognized
+        # when it reaches a Function (which must then get the number: ScalarsMustBeBaked).
+        with preserved_state(module), traced_as_in_training(module), refused.probed_functions(probes), \
+                torch.no_grad():
+            flat(*tensors)
+    except refused.NotCapturable as e:
+        raise ExportError(f"the torch.export capture does not export {type(module).__name__}: {e}") from None
+    return _trace(module, flat, args, dynamic, functions, probes)
+
+
+def _trace(module, flat, args, dynamic, functions, probes):
     error = None
-    with preserved_state(module), traced_as_in_training(module), refused.refused_constructs():
+    with preserved_state(module), traced_as_in_training(module), refused.traced_constructs(functions, probes):
         try:
             # Not size-oblivious (which the dynamo exporter uses for dims of size 1): onnxscript then
             # writes x.squeeze(1) as a Squeeze that fails for every other size. torch.export fixes
             # dims of size 0 and 1 instead, so a batch of 1 gets an export of its own.
             program = torch.export.export(flat, args, dynamic_shapes=dynamic, strict=False)
         except Exception as e:  # noqa: BLE001 - every capture failure is reported the same way
+            if _caused_by(e, refused.NeedsProbes):
+                raise refused.NeedsProbes() from None
             error = f"torch.export.export failed for {type(module).__name__}: {type(e).__name__}: {_first_lines(e)}"
     if error is None:
         try:
@@ -154,6 +184,10 @@ def export_once(module, tensors, input_schema, training):
             error = f"the torch.export capture does not export {type(module).__name__}: {e}"
     if error is not None:
         raise ExportError(error)
+    return program
+
+
+def _finish(module, flat, program, args, tensors, input_schema, functions):
     ranges = _dim_ranges(program, len(tensors))
     try:
         model = _to_onnx(program)
@@ -161,6 +195,7 @@ def export_once(module, tensors, input_schema, training):
         raise ExportError(f"the dynamo ONNX exporter failed for {type(module).__name__}: {type(e).__name__}: "
                           f"{_first_lines(e)}") from None
     opset17.to_opset17(model)
+    python_functions.merge_python_ops(model, functions, onnx_rewrites.fresh_names(model))
     user_inputs = [i.name for i in model.graph.input]
     params = _params_as_inputs(model, module)
     num_user_outputs = len(model.graph.output)
@@ -183,7 +218,7 @@ def export_once(module, tensors, input_schema, training):
     bakes_scalars = bool(scalars) and numbers_change_the_result(module, flat, tensors, input_schema)
     exported = Exported(model.SerializeToString(), graph_inputs, flat.output_schema, num_user_outputs, buffer_updates,
                         (), bakes_scalars, [i.name for i in model.graph.input], [o.name for o in model.graph.output],
-                        any(n.op_type in RANDOM_OPS for n in model.graph.node), {})
+                        any(n.op_type in RANDOM_OPS for n in model.graph.node), dict(functions))
     exported.dim_ranges = ranges
     exported.shape_guards = tuple(getattr(program, "_guards_code", None) or ())
     if not hasattr(program, "_guards_code"):
@@ -193,6 +228,14 @@ def export_once(module, tensors, input_schema, training):
     if broken is not None:
         raise ExportError(f"torch.export's shape guard {broken!r} cannot be checked on the example inputs")
     return exported
+
+
+def _caused_by(error, kind):
+    while error is not None:
+        if isinstance(error, kind):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _first_lines(error, lines=12):

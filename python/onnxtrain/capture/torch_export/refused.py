@@ -1,11 +1,9 @@
 """What this capture does not record as eager runs it, refused by name, so that the front end's
 fallback (the TorchScript capture) exports the module instead, saying why.
 
-While torch.export traces:
+While torch.export traces (a custom autograd.Function becomes a PythonOp there: functions.py):
 
-- A custom torch.autograd.Function: torch.export would trace its forward inline, and the engine
-  would differentiate that instead of running the user's backward, a silently different gradient.
-  The TorchScript capture records it as a PythonOp node that calls the user's backward.
+- A Function that modifies its input in place, or returns anything but tensors.
 - torch.utils.checkpoint: torch.export traces the segment inline, so the engine would keep its
   activations instead of recomputing them; the TorchScript capture marks the segment.
 
@@ -21,8 +19,8 @@ import contextlib
 
 import torch
 
-from ..._python_op import qualified_name
-from ..common import replaced_function_apply
+from ..._python_op import UnsupportedFunction, qualified_name
+from ..common import ScalarsMustBeBaked, replaced_function_apply
 from ..torchscript.checkpoint import replaced_checkpoint
 
 
@@ -34,14 +32,41 @@ def _is_torch_own(cls):
     return (cls.__module__ or "").startswith("torch.")
 
 
+class NeedsProbes(Exception):
+    """The trace met a custom autograd.Function before the module's eager run probed them."""
+
+
+_depth = [0]  # > 0 inside a Function's own forward, where applications run as they are
+
+
 @contextlib.contextmanager
-def refused_constructs():
+def _inside_function():
+    _depth[0] += 1
+    try:
+        yield
+    finally:
+        _depth[0] -= 1
+
+
+@contextlib.contextmanager
+def traced_constructs(functions, probes):
+    """While torch.export traces: a custom autograd.Function becomes a PythonOp (functions.py) once
+    `probes` (a list, from probed_functions) holds its eager probes; before, NeedsProbes. A
+    checkpoint is refused."""
+    from . import functions as python_functions
+
     def make_apply(torch_apply_of):
         def apply(cls, *args, **kwargs):
-            if not _is_torch_own(cls):
-                raise NotCapturable(f"the custom autograd.Function {qualified_name(cls)} would be traced inline, "
-                                    "ignoring its backward")
-            return torch_apply_of(cls)(*args, **kwargs)
+            torch_apply = torch_apply_of(cls)
+            if _is_torch_own(cls) or _depth[0] or kwargs:
+                return torch_apply(*args, **kwargs)
+            if probes is None:
+                raise NeedsProbes(qualified_name(cls))
+            with _inside_function():
+                try:
+                    return python_functions.apply_in_trace(cls, args, _quiet(torch_apply), functions, probes)
+                except UnsupportedFunction as e:
+                    raise NotCapturable(str(e)) from None
 
         return apply
 
@@ -50,6 +75,43 @@ def refused_constructs():
                             "traced inline, without recomputation")
 
     with replaced_function_apply(make_apply), replaced_checkpoint(checkpoint):
+        yield
+
+
+def _quiet(torch_apply):
+    """torch_apply with the Functions its forward applies run as they are (the fake kernel)."""
+    def run(*args):
+        with _inside_function():
+            return torch_apply(*args)
+
+    return run
+
+
+@contextlib.contextmanager
+def probed_functions(probes):
+    """While the module runs eagerly before the export: every custom Function application is
+    probed (functions.probe) in call order into `probes`, and returns its real outputs."""
+    from . import functions as python_functions
+
+    def make_apply(torch_apply_of):
+        def apply(cls, *args, **kwargs):
+            torch_apply = torch_apply_of(cls)
+            if _is_torch_own(cls) or _depth[0] or kwargs:
+                return torch_apply(*args, **kwargs)
+            if any(hasattr(a, "_onnxtrain_python_value") for a in args):
+                raise ScalarsMustBeBaked(f"the autograd.Function {qualified_name(cls)} takes a Python number "
+                                         "argument of the module")
+            with _inside_function():
+                try:
+                    found, raw = python_functions.probe(cls, args, torch_apply)
+                except UnsupportedFunction as e:
+                    raise NotCapturable(str(e)) from None
+            probes.append(found)
+            return raw
+
+        return apply
+
+    with replaced_function_apply(make_apply):
         yield
 
 

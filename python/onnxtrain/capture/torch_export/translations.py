@@ -81,8 +81,11 @@ def squeeze_all(x):
 
 def table():
     """The custom_translation_table for torch.onnx.export."""
+    from .functions import python_function, python_op_translation
+
     aten = torch.ops.aten
     return {
+        python_function._opoverload: python_op_translation,
         aten._native_batch_norm_legit_functional.default: batch_norm_functional,
         aten._native_batch_norm_legit.no_stats: batch_norm_no_stats,
         aten.squeeze.dim: squeeze_dim,

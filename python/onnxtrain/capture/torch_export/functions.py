@@ -1,0 +1,187 @@
+"""Custom torch.autograd.Functions under torch.export: each application becomes one
+ai.onnxtrain::PythonOp node, whose forward and backward the engine runs in Python, the user's own
+(see onnxtrain/_python_op.py), as the TorchScript capture records them.
+
+torch.export traces fake tensors, and a Function's forward traced inline would be differentiated
+by the engine, ignoring its backward. So while it traces, Function.apply calls the custom op
+onnxtrain::python_function instead, whose fake kernel runs the Function's forward on the fake
+inputs for its outputs' shapes, and whose ONNX translation writes the PythonOp node. What the
+node's attributes need (output dtypes, which outputs are non-differentiable, which inputs get no
+gradient) comes from a probe of each application on real tensors: an eager run of the module
+before the export, with Function.apply recording every application in call order.
+"""
+import itertools
+import os
+from typing import List
+
+import torch
+
+from ..._python_op import FunctionSpec, UnsupportedFunction, check_constant, qualified_name
+
+_export_ids = itertools.count()
+# function_key -> (spec, torch_apply, probe) for the applications of the export in progress.
+_applications = {}
+
+
+class Probe:
+    """What one application's eager run showed: output dtypes (ONNX codes), whether it returns a
+    tuple, non-differentiable outputs, inputs that get no gradient."""
+
+    def __init__(self, output_dtypes, returns_tuple, non_differentiable, no_gradient):
+        self.output_dtypes = output_dtypes
+        self.returns_tuple = returns_tuple
+        self.non_differentiable = non_differentiable
+        self.no_gradient = no_gradient
+
+
+def split_arguments(cls, args):
+    """(template, tensors): how to rebuild the argument list from the tensor inputs."""
+    name = qualified_name(cls)
+    template, tensors = [], []
+    for position, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            template.append(("tensor", len(tensors)))
+            tensors.append(a)
+        else:
+            check_constant(name, position, a)
+            template.append(("constant", a))
+    return template, tensors
+
+
+def probe(cls, args, torch_apply):
+    """Runs one application eagerly on copies of its real inputs: its Probe, and its outputs."""
+    from ..torchscript.functions import _ONNX_TYPES, _inputs_without_gradient
+
+    template, tensors = split_arguments(cls, args)
+    spec = FunctionSpec(cls, template)
+    with torch.enable_grad():  # the module's eager run is under no_grad; the probe needs autograd
+        leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in tensors]
+        copies = [leaf.clone() for leaf in leaves]
+        versions = [c._version for c in copies]
+        raw = torch_apply(*spec.arguments(copies))
+    outputs = raw if isinstance(raw, tuple) else (raw,)
+    for k, o in enumerate(outputs):
+        if not isinstance(o, torch.Tensor) or o.dtype not in _ONNX_TYPES:
+            raise UnsupportedFunction(f"the autograd.Function {spec.name} returns a {type(o).__name__} as output {k}: "
+                                      "onnxtrain runs Functions whose outputs are all tensors")
+    if any(c._version != v for c, v in zip(copies, versions)):
+        raise UnsupportedFunction(f"the autograd.Function {spec.name} modifies an input in place, which the "
+                                  "torch.export capture does not record")
+    any_grad = any(leaf.requires_grad for leaf in leaves)
+    non_differentiable = [k for k, o in enumerate(outputs) if any_grad and o.is_floating_point() and not o.requires_grad]
+    found = Probe([_ONNX_TYPES[o.dtype] for o in outputs], isinstance(raw, tuple), non_differentiable,
+                  _inputs_without_gradient(outputs, leaves))
+    return found, raw
+
+
+@torch.library.custom_op("onnxtrain::python_function", mutates_args=())
+def python_function(tensors: List[torch.Tensor], key: str) -> List[torch.Tensor]:
+    raise RuntimeError("onnxtrain::python_function stands for an autograd.Function in a torch.export trace; the "
+                       "engine runs it")
+
+
+@python_function.register_fake
+def _python_function_fake(tensors, key):
+    spec, torch_apply, _ = _applications[key]
+    with torch.no_grad():
+        raw = torch_apply(*spec.arguments(list(tensors)))
+    outputs = raw if isinstance(raw, tuple) else (raw,)
+    return [o.clone() for o in outputs]  # a custom op's outputs may not alias its inputs
+
+
+def apply_in_trace(cls, args, torch_apply, functions, probes):
+    """Function.apply while torch.export traces: the custom op, recorded in `functions`
+    (key -> FunctionSpec). `probes` holds this trace's eager probes, in call order."""
+    if not probes:
+        raise UnsupportedFunction(f"the autograd.Function {qualified_name(cls)} ran in the torch.export trace more "
+                                  "often than in the module's eager run (a data-dependent call)")
+    found = probes.pop(0)
+    template, tensors = split_arguments(cls, args)
+    spec = FunctionSpec(cls, template)
+    key = f"{os.getpid()}-export-{next(_export_ids)}"
+    functions[key] = spec
+    _applications[key] = (spec, torch_apply, found)
+    results = python_function(tensors, key)
+    return tuple(results) if found.returns_tuple else results[0]
+
+
+_SCHEMA = []
+# The exporter gives a node as many outputs as its ONNX schema declares, and a PythonOp has as many
+# as its Function: the translation writes one single-output stub node per Function output, and
+# merge_python_ops joins each application's stubs into its PythonOp node.
+STUB = "PythonOpOutput"
+
+
+def _declare_stub():
+    """onnxscript writes only ops whose schema ONNX knows: the stub is declared to this process's
+    onnx once (variadic inputs of any tensor type, one output)."""
+    if _SCHEMA:
+        return
+    from onnx import defs
+
+    schema = defs.OpSchema
+    tensor_types = [f"tensor({t})" for t in ("float", "double", "float16", "bfloat16", "int8", "int16", "int32",
+                                             "int64", "uint8", "bool")]
+    if not defs.has(STUB, "ai.onnxtrain"):
+        defs.register_schema(schema(
+            STUB, "ai.onnxtrain", 1, "One output of a PythonOp, joined into it after the export.",
+            inputs=[schema.FormalParameter("inputs", "T", "", param_option=schema.FormalParameterOption.Variadic,
+                                           is_homogeneous=False, min_arity=0)],
+            outputs=[schema.FormalParameter("output", "U", "")],
+            type_constraints=[("T", tensor_types, ""), ("U", tensor_types, "")],
+            attributes=[schema.Attribute("function_key", schema.AttrType.STRING, "", required=True),
+                        schema.Attribute("index", schema.AttrType.INT, "", required=True)]))
+    _SCHEMA.append(True)
+
+
+def python_op_translation(tensors, key):
+    """The ONNX of onnxtrain::python_function: a stub per output (see STUB)."""
+    import onnxscript
+
+    _declare_stub()
+    _, _, found = _applications[key]
+    engine = onnxscript.values.Opset("ai.onnxtrain", 1)
+    return [getattr(engine, STUB)(*tensors, function_key=key, index=k) for k in range(len(found.output_dtypes))]
+
+
+def merge_python_ops(model, functions, fresh):
+    """Joins the stubs of each application in `functions` into one ai.onnxtrain::PythonOp node,
+    where the first stub was, with the engine's context as its last output."""
+    from onnx import helper
+
+    stubs = {}
+    for node in model.graph.node:
+        if node.domain == "ai.onnxtrain" and node.op_type == STUB:
+            key = next(a.s.decode() for a in node.attribute if a.name == "function_key")
+            index = next(a.i for a in node.attribute if a.name == "index")
+            stubs.setdefault(key, {})[index] = node
+    merged = []
+    for node in model.graph.node:
+        if not (node.domain == "ai.onnxtrain" and node.op_type == STUB):
+            merged.append(node)
+            continue
+        key = next(a.s.decode() for a in node.attribute if a.name == "function_key")
+        if key not in stubs:
+            continue  # already joined where its first stub was
+        spec, _, found = _applications[key]
+        by_index = stubs.pop(key)
+        outputs = [by_index[k].output[0] if k in by_index else fresh(f"{key}_unused{k}")
+                   for k in range(len(found.output_dtypes))]
+        attributes = {"function_key": key, "class_name": spec.name, "output_dtypes": found.output_dtypes}
+        if found.no_gradient:
+            attributes["no_gradient_inputs"] = found.no_gradient
+        if found.non_differentiable:
+            attributes["non_differentiable_outputs"] = found.non_differentiable
+        merged.append(helper.make_node("PythonOp", list(node.input), outputs + [fresh(f"{key}_context")],
+                                       name=fresh(f"python_op_{spec.cls.__name__}"), domain="ai.onnxtrain",
+                                       **attributes))
+    del model.graph.node[:]
+    model.graph.node.extend(merged)
+    if functions and not any(o.domain == "ai.onnxtrain" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("ai.onnxtrain", 1))
+
+
+def forget(functions):
+    """Drops the export's applications (`functions`' keys) once its ONNX is written."""
+    for key in functions:
+        _applications.pop(key, None)
