@@ -17,6 +17,7 @@ from typing import List
 import torch
 
 from ..._python_op import FunctionSpec, UnsupportedFunction, check_constant, qualified_name
+from . import stubs
 
 _export_ids = itertools.count()
 # function_key -> (spec, torch_apply, probe) for the applications of the export in progress.
@@ -105,81 +106,23 @@ def apply_in_trace(cls, args, torch_apply, functions, probes):
     return tuple(results) if found.returns_tuple else results[0]
 
 
-_SCHEMA = []
-# The exporter gives a node as many outputs as its ONNX schema declares, and a PythonOp has as many
-# as its Function: the translation writes one single-output stub node per Function output, and
-# merge_python_ops joins each application's stubs into its PythonOp node.
-STUB = "PythonOpOutput"
-
-
-def _declare_stub():
-    """onnxscript writes only ops whose schema ONNX knows: the stub is declared to this process's
-    onnx once (variadic inputs of any tensor type, one output)."""
-    if _SCHEMA:
-        return
-    from onnx import defs
-
-    schema = defs.OpSchema
-    tensor_types = [f"tensor({t})" for t in ("float", "double", "float16", "bfloat16", "int8", "int16", "int32",
-                                             "int64", "uint8", "bool")]
-    if not defs.has(STUB, "ai.onnxtrain"):
-        defs.register_schema(schema(
-            STUB, "ai.onnxtrain", 1, "One output of a PythonOp, joined into it after the export.",
-            inputs=[schema.FormalParameter("inputs", "T", "", param_option=schema.FormalParameterOption.Variadic,
-                                           is_homogeneous=False, min_arity=0)],
-            outputs=[schema.FormalParameter("output", "U", "")],
-            type_constraints=[("T", tensor_types, ""), ("U", tensor_types, "")],
-            attributes=[schema.Attribute("function_key", schema.AttrType.STRING, "", required=True),
-                        schema.Attribute("index", schema.AttrType.INT, "", required=True)]))
-    _SCHEMA.append(True)
-
-
 def python_op_translation(tensors, key):
-    """The ONNX of onnxtrain::python_function: a stub per output (see STUB)."""
-    import onnxscript
-
-    _declare_stub()
+    """The ONNX of onnxtrain::python_function: the stubs of its PythonOp node (stubs.py)."""
     _, _, found = _applications[key]
-    engine = onnxscript.values.Opset("ai.onnxtrain", 1)
-    return [getattr(engine, STUB)(*tensors, function_key=key, index=k) for k in range(len(found.output_dtypes))]
+    return stubs.write(tensors, key, len(found.output_dtypes))
 
 
-def merge_python_ops(model, functions, fresh):
-    """Joins the stubs of each application in `functions` into one ai.onnxtrain::PythonOp node,
-    where the first stub was, with the engine's context as its last output."""
-    from onnx import helper
-
-    stubs = {}
-    for node in model.graph.node:
-        if node.domain == "ai.onnxtrain" and node.op_type == STUB:
-            key = next(a.s.decode() for a in node.attribute if a.name == "function_key")
-            index = next(a.i for a in node.attribute if a.name == "index")
-            stubs.setdefault(key, {})[index] = node
-    merged = []
-    for node in model.graph.node:
-        if not (node.domain == "ai.onnxtrain" and node.op_type == STUB):
-            merged.append(node)
-            continue
-        key = next(a.s.decode() for a in node.attribute if a.name == "function_key")
-        if key not in stubs:
-            continue  # already joined where its first stub was
-        spec, _, found = _applications[key]
-        by_index = stubs.pop(key)
-        outputs = [by_index[k].output[0] if k in by_index else fresh(f"{key}_unused{k}")
-                   for k in range(len(found.output_dtypes))]
-        attributes = {"function_key": key, "class_name": spec.name, "output_dtypes": found.output_dtypes}
-        if found.no_gradient:
-            attributes["no_gradient_inputs"] = found.no_gradient
-        if found.non_differentiable:
-            attributes["non_differentiable_outputs"] = found.non_differentiable
-        merged.append(helper.make_node("PythonOp", list(node.input), outputs + [fresh(f"{key}_context")],
-                                       name=fresh(f"python_op_{spec.cls.__name__}"), domain="ai.onnxtrain",
-                                       **attributes))
-    del model.graph.node[:]
-    model.graph.node.extend(merged)
-    if functions and not any(o.domain == "ai.onnxtrain" for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("ai.onnxtrain", 1))
-
+def describe(key):
+    """The PythonOp node of one application, for stubs.merge; None for another group."""
+    if key not in _applications:
+        return None
+    spec, _, found = _applications[key]
+    attributes = {"function_key": key, "class_name": spec.name, "output_dtypes": found.output_dtypes}
+    if found.no_gradient:
+        attributes["no_gradient_inputs"] = found.no_gradient
+    if found.non_differentiable:
+        attributes["non_differentiable_outputs"] = found.non_differentiable
+    return "PythonOp", attributes, len(found.output_dtypes), 1  # the engine's context comes last
 
 def forget(functions):
     """Drops the export's applications (`functions`' keys) once its ONNX is written."""

@@ -13,6 +13,7 @@ from ... import _io
 from .. import onnx_rewrites
 from ..common import (RANDOM_OPS, Exported, ExportError, FlatModule, diagnose_input_dtypes, numbers_change_the_result,
                       preserved_state, traced_as_in_training)
+from . import checkpoints, stubs
 from . import functions as python_functions
 from . import opset17, refused, translations
 
@@ -195,7 +196,8 @@ def _finish(module, flat, program, args, tensors, input_schema, functions):
         raise ExportError(f"the dynamo ONNX exporter failed for {type(module).__name__}: {type(e).__name__}: "
                           f"{_first_lines(e)}") from None
     opset17.to_opset17(model)
-    python_functions.merge_python_ops(model, functions, onnx_rewrites.fresh_names(model))
+    stubs.merge(model, onnx_rewrites.fresh_names(model),
+                lambda group: python_functions.describe(group) or checkpoints.describe(group))
     user_inputs = [i.name for i in model.graph.input]
     params = _params_as_inputs(model, module)
     num_user_outputs = len(model.graph.output)

@@ -1,11 +1,10 @@
 """What this capture does not record as eager runs it, refused by name, so that the front end's
 fallback (the TorchScript capture) exports the module instead, saying why.
 
-While torch.export traces (a custom autograd.Function becomes a PythonOp there: functions.py):
+While torch.export traces (a custom autograd.Function becomes a PythonOp there, functions.py, and
+a checkpoint segment is marked, checkpoints.py):
 
 - A Function that modifies its input in place, or returns anything but tensors.
-- torch.utils.checkpoint: torch.export traces the segment inline, so the engine would keep its
-  activations instead of recomputing them; the TorchScript capture marks the segment.
 
 In the traced program (refuse_differing_ops): ATen ops whose onnxscript translation differs from
 eager where the TorchScript capture has onnxtrain's own symbolic (capture/torchscript/symbolics*.py),
@@ -52,7 +51,8 @@ def _inside_function():
 def traced_constructs(functions, probes):
     """While torch.export traces: a custom autograd.Function becomes a PythonOp (functions.py) once
     `probes` (a list, from probed_functions) holds its eager probes; before, NeedsProbes. A
-    checkpoint is refused."""
+    checkpoint's segment is traced between markers (checkpoints.py)."""
+    from . import checkpoints
     from . import functions as python_functions
 
     def make_apply(torch_apply_of):
@@ -70,11 +70,7 @@ def traced_constructs(functions, probes):
 
         return apply
 
-    def checkpoint(untouched, function, *args, **kwargs):
-        raise NotCapturable(f"torch.utils.checkpoint of {getattr(function, '__qualname__', function)!s} would be "
-                            "traced inline, without recomputation")
-
-    with replaced_function_apply(make_apply), replaced_checkpoint(checkpoint):
+    with replaced_function_apply(make_apply), replaced_checkpoint(checkpoints.traced_segment):
         yield
 
 

@@ -81,10 +81,12 @@ def squeeze_all(x):
 
 def table():
     """The custom_translation_table for torch.onnx.export."""
+    from . import checkpoints
     from .functions import python_function, python_op_translation
 
     aten = torch.ops.aten
     return {
+        **checkpoints.translations(),
         python_function._opoverload: python_op_translation,
         aten._native_batch_norm_legit_functional.default: batch_norm_functional,
         aten._native_batch_norm_legit.no_stats: batch_norm_no_stats,
