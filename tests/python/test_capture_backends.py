@@ -397,3 +397,32 @@ def test_guards_that_call_torch_functions_are_checked(torch_export_only):
     (exported,) = [graphs.exported for graphs, _, _ in model._graphs.values()]
     assert exported.failed_guard([x]) is None
     assert exported.misfit([torch.randn(3, 3, 9, 9)]) is not None
+
+
+@needs_torch_export
+def test_a_checkpoint_segment_is_marked_and_trains_like_eager(torch_export_only):
+    import torch.utils.checkpoint
+
+    class Checkpointed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+            self.head = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.head(torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False))
+
+    torch.manual_seed(0)
+    module = Checkpointed()
+    ref = copy.deepcopy(module)
+    model = onnxtrain.ORTModule(module)
+    x = torch.randn(5, 4)
+    out = model(x)
+    assert_close(out, ref(x), "output")
+    out.sum().backward()
+    ref(x).sum().backward()
+    for (name, p), q in zip(module.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, f"{name}.grad")
+    graphs = next(iter(model._graphs.values()))[0]
+    ops = [n.op_type for n in onnx.load_from_string(graphs.exported.model_bytes).graph.node if n.domain]
+    assert ops == ["CheckpointBegin", "CheckpointEnd"], ops
