@@ -25,10 +25,13 @@ bool is_sum_of_terms_op(const Node& node) {
 // Outputs of the normalizations that are per-channel sums: the batch means (running and saved),
 // and in training-mode BatchNormGrad dscale = sum(dY * xhat) and dB = sum(dY). A channel whose
 // inputs average to zero (after a 1x1 convolution of normalized activations, say) has a mean that
-// is rounding noise; judged against the largest channel it would read as a failure.
+// is rounding noise; judged against the largest channel it would read as a failure. The same
+// holds for LayerNormalization's Mean output over already normalized rows (ConvNeXt's downsampling
+// LayerNorm2d, whose Mean the dynamo exporter's graphs keep).
 bool is_channel_sum_output(const Node& node, size_t index) {
   const std::string& op = node.op_type;
   if (op == "BatchNormTraining" || op == "BatchNormalization") return index == 1 || index == 3;
+  if (op == "LayerNormalization") return index == 1;
   if (op == "BatchNormGrad") return node.attr_int("training_mode", 1) != 0 && (index == 1 || index == 2);
   return false;
 }

@@ -172,6 +172,30 @@ TEST(NodeAudit, BatchNormMeansAndSumsAreJudgedOnTheirTerms) {
   EXPECT_NEAR(*audit_node(grad, context_of(grad), grad_inputs, grads, 0).rel_error, 1e-3, 2e-5);
 }
 
+TEST(NodeAudit, LayerNormMeanOfNormalizedRowsIsJudgedOnItsTerms) {
+  // Rows that already average to zero: the Mean output is rounding noise, not a wrong kernel; a
+  // Mean off by 1e-3 of its terms is flagged at that size.
+  const Node ln{"ln", "LayerNormalization", "", {"x", "s", "b"}, {"y", "mean", "inv_std"},
+                {{"axis", Attribute::of_int(-1)}, {"epsilon", Attribute::of_float(1e-6f)}}};
+  Tensor x = random_tensor(DType::Float32, {6, 16}, 21);
+  float* p = x.data<float>();
+  for (int64_t r = 0; r < 6; ++r) {
+    double sum = 0;
+    for (int64_t i = 0; i < 16; ++i) sum += p[r * 16 + i];
+    for (int64_t i = 0; i < 16; ++i) p[r * 16 + i] -= static_cast<float>(sum / 16);
+  }
+  const std::vector<Tensor> inputs = {x, random_tensor(DType::Float32, {16}, 22), random_tensor(DType::Float32, {16}, 23)};
+  std::vector<Tensor> engine = float32_run(ln, inputs);
+  for (int64_t r = 0; r < 6; ++r) engine[1].data<float>()[r] += 1e-9f;
+  const auto row = audit_node(ln, context_of(ln), inputs, engine, 0);
+  ASSERT_TRUE(row.rel_error.has_value()) << row.reason;
+  EXPECT_LT(*row.rel_error, 1e-6) << row.worst_output;
+  double terms = 0;  // mean(|x|) of row 0: the Mean's own scale
+  for (int64_t i = 0; i < 16; ++i) terms += std::fabs(p[i]) / 16;
+  engine[1].data<float>()[0] += static_cast<float>(1e-3 * terms);
+  EXPECT_NEAR(*audit_node(ln, context_of(ln), inputs, engine, 0).rel_error, 1e-3, 2e-5);
+}
+
 TEST(NodeAudit, AFlippedIndexBetweenEqualValuesIsNoErrorAndAWrongOneIs) {
   const Node argmax{"am", "ArgMax", "", {"x"}, {"i"}, {{"axis", Attribute::of_int(1)}}};
   const std::vector<Tensor> inputs = {Tensor::from_vector<float>({1, 3, 3, 5, 4, 0}, {2, 3})};
