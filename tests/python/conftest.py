@@ -41,3 +41,25 @@ def export_onnx_file(*args, **kwargs):
     from onnxtrain.capture.torchscript import torch_onnx
 
     return torch_onnx.export(*args, **kwargs)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """With ONNXTRAIN_CAPTURE=auto: how many exports the torch.export capture handed to TorchScript,
+    and why (the first line of each reason, most frequent first)."""
+    import collections
+    import re
+
+    import onnxtrain.capture
+
+    fallbacks = list(onnxtrain.capture.FALLBACKS)
+    if os.environ.get("ONNXTRAIN_CAPTURE") != "auto":
+        return
+    reasons = collections.Counter()
+    for _, reason in fallbacks:
+        first = reason.splitlines()[0]
+        first = re.sub(r"for \w+:", "for M:", first)
+        first = re.sub(r"export \w+:", "export M:", first)
+        reasons[first[:160]] += 1
+    terminalreporter.write_line(f"onnxtrain: {len(fallbacks)} exports fell back from torch.export to TorchScript")
+    for reason, count in reasons.most_common(25):
+        terminalreporter.write_line(f"  {count:4d}  {reason}")

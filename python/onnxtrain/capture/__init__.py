@@ -16,6 +16,7 @@ autograd.Function, an op whose ONNX differs from eager) is exported by the Torch
 instead, with a warning that names the reason. A backend that ONNXTRAIN_CAPTURE names never falls
 back.
 """
+import collections
 import logging
 import os
 import warnings
@@ -24,6 +25,9 @@ from . import common, torch_export, torchscript
 from .common import TRACE_BATCH, BufferUpdates, Exported, ExportError, InputDtypeError, diagnose_input_dtypes
 
 BACKENDS = {torchscript.NAME: torchscript, torch_export.NAME: torch_export}
+# (module class, reason) of every export the torch.export capture handed to TorchScript in this
+# process, most recent last (bounded): what the test suite's summary reports.
+FALLBACKS = collections.deque(maxlen=10000)
 TORCH_EXPORT_IS_DEFAULT = False
 logger = logging.getLogger("onnxtrain")
 
@@ -69,6 +73,7 @@ def export(module, tensors, input_schema, training, full_trace=False):
                f"exporter (deprecated in torch 2.x) exports it instead: {reason}")
     warnings.warn(message, RuntimeWarning, stacklevel=4)
     logger.warning(message)
+    FALLBACKS.append((type(module).__name__, reason))
     try:
         exported = common.export(torchscript.export_once, module, tensors, input_schema, training, full_trace)
     except ExportError as e:
