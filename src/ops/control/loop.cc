@@ -38,6 +38,8 @@ Tensor stack(const std::vector<Tensor>& parts, int axis, DType dtype_if_empty) {
 
 // Slice `index` of `t` along `axis`, without that axis.
 Tensor slice_along(const Tensor& t, int axis, int64_t index) {
+  OT_CHECK(axis >= 0 && axis < t.rank() && index >= 0 && index < t.dim(axis), "slice ", index, " along axis ", axis,
+           " of ", t.str(), " does not exist");
   std::vector<int64_t> dims(t.shape().begin(), t.shape().end());
   const int64_t n = dims[static_cast<size_t>(axis)];
   dims.erase(dims.begin() + axis);
@@ -151,6 +153,14 @@ class ScanKernel : public Kernel {
         for (int64_t len : ctx.input(0).to_int64_vector())
           if (len != scans[0].dim(1))
             throw UnsupportedError(str_cat(describe_, ": sequence_lens shorter than the scan inputs are not supported"));
+      // Scan-8 cuts every state and scan input along its leading batch dim (a fuzzer crash: a
+      // scalar state).
+      for (size_t k = 0; k < states.size(); ++k)
+        OT_CHECK(states[k].rank() >= 1 && states[k].dim(0) == batch, describe_, ": Scan-8 state ", k,
+                 " needs a leading batch dim of ", batch, ", got ", states[k].str());
+      for (size_t k = 0; k < scans.size(); ++k)
+        OT_CHECK(scans[k].rank() >= 2 && scans[k].dim(0) == batch, describe_, ": Scan-8 scan input ", k,
+                 " needs [batch ", batch, ", sequence, ...], got ", scans[k].str());
       std::vector<std::vector<Tensor>> per_batch(static_cast<size_t>(num_state_ + num_scan_outputs_));
       for (int64_t b = 0; b < batch; ++b) {
         std::vector<Tensor> st, sc;
