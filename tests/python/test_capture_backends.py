@@ -426,3 +426,26 @@ def test_a_checkpoint_segment_is_marked_and_trains_like_eager(torch_export_only)
     graphs = next(iter(model._graphs.values()))[0]
     ops = [n.op_type for n in onnx.load_from_string(graphs.exported.model_bytes).graph.node if n.domain]
     assert ops == ["CheckpointBegin", "CheckpointEnd"], ops
+
+
+@needs_torch_export
+def test_a_function_beside_a_python_number_input(torch_export_only):
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = WithFunction()
+
+        def forward(self, x, scale: float):
+            return self.inner(x) * scale
+
+    torch.manual_seed(0)
+    module = Scaled()
+    ref = copy.deepcopy(module)
+    model = onnxtrain.ORTModule(module)
+    for scale in (0.5, 2.0):
+        x = torch.randn(3, 4)
+        out = model(x, scale)
+        assert_close(out, ref(x, scale), f"scale {scale} output")
+        out.sum().backward()
+        ref(x, scale).sum().backward()
+        assert_close(module.inner.fc.weight.grad, ref.inner.fc.weight.grad, f"scale {scale} fc.weight.grad")

@@ -75,19 +75,23 @@ def probe(cls, args, torch_apply):
     return found, raw
 
 
-@torch.library.custom_op("onnxtrain::python_function", mutates_args=())
-def python_function(tensors: List[torch.Tensor], key: str) -> List[torch.Tensor]:
-    raise RuntimeError("onnxtrain::python_function stands for an autograd.Function in a torch.export trace; the "
-                       "engine runs it")
-
-
-@python_function.register_fake
-def _python_function_fake(tensors, key):
+def _forward(tensors, key):
     spec, torch_apply, _ = _applications[key]
     with torch.no_grad():
         raw = torch_apply(*spec.arguments(list(tensors)))
     outputs = raw if isinstance(raw, tuple) else (raw,)
     return [o.clone() for o in outputs]  # a custom op's outputs may not alias its inputs
+
+
+@torch.library.custom_op("onnxtrain::python_function", mutates_args=())
+def python_function(tensors: List[torch.Tensor], key: str) -> List[torch.Tensor]:
+    """The Function's forward (the program runs it for the check of Python number inputs)."""
+    return _forward(tensors, key)
+
+
+@python_function.register_fake
+def _python_function_fake(tensors, key):
+    return _forward(tensors, key)
 
 
 def apply_in_trace(cls, args, torch_apply, functions, probes):

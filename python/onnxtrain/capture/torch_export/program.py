@@ -1,7 +1,7 @@
 """torch.export's training IR of the module called on the flat inputs, every dim dynamic where the
 code allows (Dim.AUTO), converted to ONNX by torch's dynamo exporter. Dims the code fixes (a view
-to a constant size) and the ranges torch.export assumed for the others are kept with the export:
-a call outside them gets an export of its own (Exported.dim_ranges)."""
+to a constant size), the ranges torch.export assumed for the others and its guards on the sizes
+are kept with the export: a call outside them gets an export of its own (Exported.misfit)."""
 import contextlib
 import io
 import logging
