@@ -56,6 +56,21 @@ class FunctionSpec:
         return [tensors[ref] if kind == "tensor" else ref for kind, ref in self.template]
 
 
+def split_arguments(cls, args):
+    """(FunctionSpec, tensors) of one cls.apply(*args): the tensor arguments, and how to rebuild the
+    argument list from them (the other arguments are constants of the graph)."""
+    name = qualified_name(cls)
+    template, tensors = [], []
+    for position, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            template.append(("tensor", len(tensors)))
+            tensors.append(a)
+        else:
+            check_constant(name, position, a)
+            template.append(("constant", a))
+    return FunctionSpec(cls, template), tensors
+
+
 def qualified_name(cls):
     return f"{cls.__module__}.{cls.__qualname__}"
 

@@ -22,9 +22,11 @@ needs_torch_export = pytest.mark.skipif(not HAS_TORCH_EXPORT, reason=str(torch_e
 
 @pytest.fixture
 def torch_export_only(monkeypatch):
-    """The torch.export backend, chosen explicitly: a failure raises instead of falling back."""
+    """The torch.export backend, chosen explicitly: a failure raises instead of falling back. The
+    export runs in its forked child, as by default (in this process, an export of a module with a
+    custom Function leaves state behind that gives a later TorchScript export's None gradient as
+    zeros: not found yet, see the README)."""
     monkeypatch.setenv("ONNXTRAIN_CAPTURE", "torch_export")
-    monkeypatch.setenv("ONNXTRAIN_EXPORT_IN_PROCESS", "1")
 
 
 class ConvBatchNormNet(torch.nn.Module):

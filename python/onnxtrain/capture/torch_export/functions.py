@@ -16,7 +16,7 @@ from typing import List
 
 import torch
 
-from ..._python_op import FunctionSpec, UnsupportedFunction, check_constant, qualified_name
+from ..._python_op import UnsupportedFunction, qualified_name, split_arguments
 from . import stubs
 
 _export_ids = itertools.count()
@@ -35,26 +35,11 @@ class Probe:
         self.no_gradient = no_gradient
 
 
-def split_arguments(cls, args):
-    """(template, tensors): how to rebuild the argument list from the tensor inputs."""
-    name = qualified_name(cls)
-    template, tensors = [], []
-    for position, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
-            template.append(("tensor", len(tensors)))
-            tensors.append(a)
-        else:
-            check_constant(name, position, a)
-            template.append(("constant", a))
-    return template, tensors
-
-
 def probe(cls, args, torch_apply):
     """Runs one application eagerly on copies of its real inputs: its Probe, and its outputs."""
     from ..torchscript.functions import _ONNX_TYPES, _inputs_without_gradient
 
-    template, tensors = split_arguments(cls, args)
-    spec = FunctionSpec(cls, template)
+    spec, tensors = split_arguments(cls, args)
     with torch.enable_grad():  # the module's eager run is under no_grad; the probe needs autograd
         leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in tensors]
         copies = [leaf.clone() for leaf in leaves]
@@ -101,8 +86,7 @@ def apply_in_trace(cls, args, torch_apply, functions, probes):
         raise UnsupportedFunction(f"the autograd.Function {qualified_name(cls)} ran in the torch.export trace more "
                                   "often than in the module's eager run (a data-dependent call)")
     found = probes.pop(0)
-    template, tensors = split_arguments(cls, args)
-    spec = FunctionSpec(cls, template)
+    spec, tensors = split_arguments(cls, args)
     key = f"{os.getpid()}-export-{next(_export_ids)}"
     functions[key] = spec
     _applications[key] = (spec, torch_apply, found)

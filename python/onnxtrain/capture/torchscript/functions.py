@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from ..._python_op import FunctionSpec, UnsupportedFunction, check_constant, qualified_name
+from ..._python_op import UnsupportedFunction, qualified_name, split_arguments
 from ..common import ScalarsMustBeBaked, replaced_function_apply
 from . import checkpoint
 
@@ -55,15 +55,7 @@ def export_application(cls, args, apply, functions, caller_storages=frozenset())
     `apply` is PyTorch's own Function.apply; `caller_storages` (see storages()) are the module's
     inputs, parameters and buffers, which an in-place Function may not modify."""
     name = qualified_name(cls)
-    template, tensors = [], []
-    for position, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
-            template.append(("tensor", len(tensors)))
-            tensors.append(a)
-        else:
-            check_constant(name, position, a)
-            template.append(("constant", a))
-    spec = FunctionSpec(cls, template)
+    spec, tensors = split_arguments(cls, args)
     outputs, returns_tuple, non_differentiable, dirty, dirty_outputs, no_gradient = _probe(spec, tensors, apply)
     for i in dirty:
         if tensors[i].numel() > 0 and _storage_address(tensors[i]) in caller_storages:
