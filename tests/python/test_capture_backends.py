@@ -325,9 +325,10 @@ def test_an_empty_batch_falls_back_to_torchscript(torch_export_by_default):
     model = onnxtrain.ORTModule(module)
     for n in (3, 0):
         x = torch.randn(n, 4)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             assert_close(model(x), ref(x), f"batch {n} output")
+        assert any("empty dim" in str(w.message) for w in caught) == (n == 0)
         for (name, b), c in zip(module.named_buffers(), ref.buffers()):
             assert_close(b, c, f"batch {n} buffer {name}")
 

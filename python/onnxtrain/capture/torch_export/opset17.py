@@ -81,8 +81,6 @@ def _downgrade_node(node, constants, new_nodes, fresh):
         del node.input[1:]
         if axes:
             node.attribute.append(helper.make_attribute("axes", axes))
-    elif op in _AXES_TO_ATTRIBUTE and _attribute(node, "noop_with_empty_axes") is not None:
-        pass  # no axes input: opset 17 reduces over every axis, as noop_with_empty_axes=0 does
     if op in _AXES_TO_ATTRIBUTE:
         noop = _attribute(node, "noop_with_empty_axes")
         if noop is not None:
