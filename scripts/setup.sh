@@ -8,7 +8,7 @@ packages=(
   libopenblas-dev libdnnl-dev
   pybind11-dev libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libzip-dev
-  python3-dev python3-torch python3-torchvision python3-onnx python3-numpy python3-pytest
+  python3-dev python3-torch python3-torchvision python3-onnx python3-numpy python3-pytest python3-pytest-xdist
   python3-sklearn python3-matplotlib python3-tqdm python3-protobuf python3
   clang libclang-rt-14-dev llvm
 )

@@ -11,7 +11,7 @@ root=${ONNXTRAIN_VENV_ROOT:-$HOME/.cache/onnxtrain}
 venv="$root/torch-$version"
 # torchvision is left to pip to match the torch version; onnx and onnxscript are what the
 # torch.export-based exporter needs; matplotlib draws bench/run's charts.
-requirements=("torch==$version" torchvision onnx onnxscript numpy pytest matplotlib "$@")
+requirements=("torch==$version" torchvision onnx onnxscript numpy pytest pytest-xdist matplotlib "$@")
 # The stamp names what was installed: a new requirement installs again, into the same venv.
 stamp="$venv/.complete-$(printf '%s\n' "${requirements[@]}" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then

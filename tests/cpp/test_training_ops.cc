@@ -442,6 +442,25 @@ TEST(GradientOp, AnXThatYDoesNotDependOnGetsZeros) {
   expect_close(out[1], {0, 0, 0, 0}, 0, 0, "db");
 }
 
+// y = sum(a * StopGradient(a)): the forward is sum(a^2), the gradient a alone (torch's
+// (a * a.detach()).sum()), not 2a; StopGradient's output is a itself.
+TEST(GradientOp, StopGradientPassesTheValueAndNoGradient) {
+  Tensor a = random_tensor(F64, {4}, 7);
+  Graph g = graph_with_inputs({"a"}, {a});
+  g.opsets[kOnnxTrainDomain] = 1;  // so that shape inference reads StopGradient's schema
+  g.add_node({"stop", "StopGradient", kOnnxTrainDomain, {"a"}, {"a_stopped"}, {}});
+  g.add_node({"mul", "Mul", "", {"a", "a_stopped"}, {"c"}, {}});
+  g.add_node({"sum", "ReduceSum", "", {"c"}, {"y"}, kScalarSum});
+  g.add_node(gradient_node("grad", {"a"}, {}, "y", {"a"}, {"da"}));
+  g.outputs = {"a_stopped", "y", "da"};
+  auto out = run(std::move(g), {a});
+  expect_close(out[0], values(a), 0, 0, "StopGradient(a)");
+  double sum_of_squares = 0;
+  for (double v : values(a)) sum_of_squares += v * v;
+  expect_close(out[1], {sum_of_squares}, 1e-15, 0, "y");
+  expect_close(out[2], values(a), 0, 0, "dy/da");
+}
+
 TEST(GradientOp, SecondOrderThroughAnotherGradient) {
   Tensor x = random_tensor(F64, {5}, 8);
   Graph g = graph_with_inputs({"x"}, {x});

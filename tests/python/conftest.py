@@ -43,23 +43,46 @@ def export_onnx_file(*args, **kwargs):
     return torch_onnx.export(*args, **kwargs)
 
 
-def pytest_terminal_summary(terminalreporter):
-    """With ONNXTRAIN_CAPTURE=auto: how many exports the torch.export capture handed to TorchScript,
-    and why (the first line of each reason, most frequent first)."""
-    import collections
+def _fallback_reasons():
+    """The first line of each export the torch.export capture handed to TorchScript in this process."""
     import re
 
     import onnxtrain.capture
 
-    fallbacks = list(onnxtrain.capture.FALLBACKS)
-    if os.environ.get("ONNXTRAIN_CAPTURE") != "auto":
-        return
-    reasons = collections.Counter()
-    for _, reason in fallbacks:
+    reasons = []
+    for _, reason in onnxtrain.capture.FALLBACKS:
         first = reason.splitlines()[0]
         first = re.sub(r"for \w+:", "for M:", first)
         first = re.sub(r"export \w+:", "export M:", first)
-        reasons[first[:160]] += 1
-    terminalreporter.write_line(f"onnxtrain: {len(fallbacks)} exports fell back from torch.export to TorchScript")
+        reasons.append(first[:160])
+    return reasons
+
+
+_WORKER_FALLBACKS = []  # with pytest-xdist: what each worker sent when it finished
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller writes the summary
+        workeroutput["onnxtrain_fallbacks"] = _fallback_reasons()
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
+def pytest_testnodedown(node, error):
+    _WORKER_FALLBACKS.extend(getattr(node, "workeroutput", {}).get("onnxtrain_fallbacks", []))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where the torch.export capture is used: how many exports it handed to TorchScript, and why
+    (the first line of each reason, most frequent first)."""
+    import collections
+
+    import onnxtrain.capture
+
+    if onnxtrain.capture.backend_name() != "torch_export":
+        return
+    reasons = collections.Counter(_fallback_reasons() + _WORKER_FALLBACKS)
+    terminalreporter.write_line(f"onnxtrain: {sum(reasons.values())} exports fell back from torch.export to "
+                                "TorchScript")
     for reason, count in reasons.most_common(25):
         terminalreporter.write_line(f"  {count:4d}  {reason}")

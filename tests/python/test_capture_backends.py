@@ -41,17 +41,19 @@ class ConvBatchNormNet(torch.nn.Module):
         return self.fc(y.mean(dim=(2, 3))) * scale
 
 
-def test_default_backend_is_torchscript_until_the_suite_passes_on_torch_export(monkeypatch):
-    monkeypatch.delenv("ONNXTRAIN_CAPTURE", raising=False)
-    expected = "torch_export" if HAS_TORCH_EXPORT and capture.TORCH_EXPORT_IS_DEFAULT else "torchscript"
-    assert capture.backend_name() == expected
+@pytest.mark.parametrize("setting", [None, "auto"])
+def test_default_backend_is_torch_export_where_torch_has_it(monkeypatch, setting):
+    if setting is None:
+        monkeypatch.delenv("ONNXTRAIN_CAPTURE", raising=False)
+    else:
+        monkeypatch.setenv("ONNXTRAIN_CAPTURE", setting)
+    assert capture.backend_name() == ("torch_export" if HAS_TORCH_EXPORT else "torchscript")
 
 
 @pytest.fixture
 def torch_export_by_default(monkeypatch):
-    """The torch.export backend as the default would be: with the fallback to TorchScript."""
+    """The torch.export backend as the default: with the fallback to TorchScript."""
     monkeypatch.delenv("ONNXTRAIN_CAPTURE", raising=False)
-    monkeypatch.setattr(capture, "TORCH_EXPORT_IS_DEFAULT", True)
 
 
 def test_an_unavailable_backend_is_refused_by_name(monkeypatch):
@@ -235,12 +237,23 @@ def test_split_num_outputs_becomes_sizes_with_a_shorter_last_piece():
     np.testing.assert_array_equal(np.concatenate([a, b, c], axis=1), x)
 
 
-@pytest.mark.parametrize("op", ["BitwiseAnd", "Col2Im", "GroupNormalization"])
+@pytest.mark.parametrize("op", ["Col2Im", "GroupNormalization"])
 def test_ops_new_in_opset_18_are_refused_by_name(op):
     nodes = [helper.make_node(op, ["x", "x"], ["y"], name="new_op")]
     model = _model(nodes, [_float_info("x", [2])], [_float_info("y", None)])
     with pytest.raises(ExportError, match=f"{op} node 'new_op'"):
         opset17.to_opset17(model)
+
+
+@pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"])
+def test_bitwise_ops_of_opset_18_become_the_engines_twins(op):
+    inputs = ["x"] if op == "BitwiseNot" else ["x", "x"]
+    nodes = [helper.make_node(op, inputs, ["y"], name="new_op")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", onnx.TensorProto.INT32, [2])],
+                   [helper.make_tensor_value_info("y", onnx.TensorProto.INT32, None)])
+    opset17.to_opset17(model)
+    assert [(n.domain, n.op_type) for n in model.graph.node] == [("ai.onnxtrain", op)]
+    assert {(o.domain, o.version) for o in model.opset_import} == {("", 17), ("ai.onnxtrain", 1)}
 
 
 class HalfGradient(torch.autograd.Function):

@@ -8,13 +8,12 @@ One interface, one module per backend. A backend is a module with
 What every backend shares (the Exported result, its errors, the driver that traces a cut-down batch
 first in a forked child) is in common.py; the front end calls export() below and nothing else.
 
-The TorchScript backend is the default on every torch. The torch.export backend
-(ONNXTRAIN_CAPTURE=torch_export, torch 2.6 and later) is not the default yet: the whole suite
-does not pass on it (see the README). ONNXTRAIN_CAPTURE=auto, or TORCH_EXPORT_IS_DEFAULT, uses it
-where torch has it, and a module it cannot capture (a data-dependent branch, a custom
-autograd.Function, an op whose ONNX differs from eager) is exported by the TorchScript backend
-instead, with a warning that names the reason. A backend that ONNXTRAIN_CAPTURE names never falls
-back.
+The torch.export backend (torch 2.6 and later, with onnxscript) is the default wherever torch has
+it; elsewhere (torch 1.13 to 2.5) the TorchScript backend is. By default (ONNXTRAIN_CAPTURE unset or
+auto), a module the torch.export backend cannot capture (a data-dependent branch, an op whose ONNX
+differs from eager, an in-place custom Function) is exported by the TorchScript backend instead,
+with a warning and a log line that name the reason. A backend that ONNXTRAIN_CAPTURE names never
+falls back: ONNXTRAIN_CAPTURE=torch_export turns the fallback off.
 """
 import collections
 import logging
@@ -28,7 +27,7 @@ BACKENDS = {torchscript.NAME: torchscript, torch_export.NAME: torch_export}
 # (module class, reason) of every export the torch.export capture handed to TorchScript in this
 # process, most recent last (bounded): what the test suite's summary reports.
 FALLBACKS = collections.deque(maxlen=10000)
-TORCH_EXPORT_IS_DEFAULT = False
+TORCH_EXPORT_IS_DEFAULT = True  # where torch has it; TorchScript elsewhere
 logger = logging.getLogger("onnxtrain")
 
 

@@ -12,9 +12,11 @@ from ..onnx_rewrites import fresh_names
 # Opset 18 moved their axes from an attribute to an optional input.
 _AXES_TO_ATTRIBUTE = {"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
                       "ReduceMin", "ReduceProd", "ReduceSumSquare"}
+# Introduced in opset 18, with a twin of the same semantics in the engine's domain.
+_ENGINE_TWINS = {"BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor"}
+ENGINE_DOMAIN = "ai.onnxtrain"
 # Introduced in opset 18: no opset-17 form.
-_NEW_IN_18 = {"BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "CenterCropPad", "Col2Im",
-              "GroupNormalization", "Mish", "OptionalGetElement", "OptionalHasElement"}
+_NEW_IN_18 = {"CenterCropPad", "Col2Im", "GroupNormalization", "Mish", "OptionalGetElement", "OptionalHasElement"}
 # Attributes opset 18 added, at values that mean the opset-17 behaviour.
 _NEUTRAL_ATTRIBUTES = {"Resize": {"antialias": 0, "keep_aspect_ratio_policy": b"stretch"}, "LpPool": {"ceil_mode": 0}}
 
@@ -72,6 +74,9 @@ def _attribute(node, name):
 
 def _downgrade_node(node, constants, new_nodes, fresh):
     op = node.op_type
+    if op in _ENGINE_TWINS and node.domain in ("", "ai.onnx"):
+        node.domain = ENGINE_DOMAIN
+        return
     if op in _NEW_IN_18:
         _refuse(node, "(an op introduced in opset 18)")
     if op in _AXES_TO_ATTRIBUTE and len(node.input) > 1 and node.input[1]:
@@ -184,6 +189,8 @@ def to_opset17(model):
     used_domains = {n.domain for n in _all_nodes(model.graph)} | {"", "ai.onnx"}
     imports = [(o.domain, o.version) for o in model.opset_import
                if o.domain in used_domains and o.domain not in ("", "ai.onnx")]
+    if ENGINE_DOMAIN in used_domains and all(domain != ENGINE_DOMAIN for domain, _ in imports):
+        imports.append((ENGINE_DOMAIN, 1))  # the engine twins written above
     # Always imported: a graph without nodes (an identity) gets no opset from the exporter.
     imports.insert(0, ("", 17))
     del model.opset_import[:]

@@ -59,13 +59,15 @@ def prepare():
     """Builds the exporter's table of ATen-to-ONNX functions once, in this process, before the
     export forks: onnxscript compiles its ~500 functions from source on every build (about 1 s,
     42 MB), which a child process would redo for each export. Uses torch's private exporter entry;
-    a torch without it gets the public torch.onnx.export, which builds the table each time."""
+    a torch without it cannot be used (see _convert)."""
     if _REGISTRY:
         return _REGISTRY[0]
     try:
         from torch.onnx._internal.exporter import _core, _registration
 
         registry = _registration.ONNXRegistry.from_torchlib()
+        for target in translations.decomposed():
+            registry.functions.pop(target, None)
         for target, function in translations.table().items():
             registry.register_op(target, function)
         entry = (_core.export, registry)
@@ -82,8 +84,9 @@ def _convert(program):
             return core_export(program, (), None, registry=registry, optimize=False, verbose=False)
         except TypeError:  # another private signature: the public entry
             pass
-    return torch.onnx.export(program, (), dynamo=True, opset_version=18, optimize=False, verbose=False,
-                             custom_translation_table=translations.table())
+    # The public entry cannot leave ops to decompose that torchlib translates otherwise than eager.
+    raise ExportError(f"torch {torch.__version__}'s ONNX exporter has no entry that takes onnxtrain's translation "
+                      "registry, without which its losses would differ from eager")
 
 
 def _to_onnx(program):
@@ -179,6 +182,7 @@ def _trace(module, flat, args, dynamic, functions, probes):
                 raise refused.NeedsProbes() from None
             error = f"torch.export.export failed for {type(module).__name__}: {type(e).__name__}: {_first_lines(e)}"
     if error is None:
+        translations.detach_no_grad_blocks(program)
         try:
             refused.refuse_differing_ops(program)
         except refused.NotCapturable as e:
@@ -197,7 +201,8 @@ def _finish(module, flat, program, args, tensors, input_schema, functions):
                           f"{_first_lines(e)}") from None
     opset17.to_opset17(model)
     stubs.merge(model, onnx_rewrites.fresh_names(model),
-                lambda group: python_functions.describe(group) or checkpoints.describe(group))
+                lambda group: (python_functions.describe(group) or checkpoints.describe(group)
+                               or stubs.describe_engine_node(group)))
     user_inputs = [i.name for i in model.graph.input]
     params = _params_as_inputs(model, module)
     num_user_outputs = len(model.graph.output)

@@ -5,6 +5,9 @@ as its Function, a checkpoint marker as many as its segment's tensors. So a tran
 single-output stub node per output (write), and merge() joins each group's stubs into the node
 they stand for, where the group's first stub was.
 """
+import itertools
+import os
+
 import onnx
 from onnx import helper
 
@@ -44,6 +47,24 @@ def write(tensors, group, count):
     return [getattr(engine, STUB)(*tensors, group=group, index=k) for k in range(count)]
 
 
+_engine_ids = itertools.count()
+_ENGINE_NODES = {}  # group -> merge's description, for the engine nodes of the export in progress
+
+
+def engine_node(op_type, tensors, count=1, **attributes):
+    """In a translation: a node of the engine's domain, whose schema this process's onnx does not
+    know (so onnxscript cannot write it): its outputs, one value or a list of `count`."""
+    group = f"engine-{os.getpid()}-{next(_engine_ids)}"
+    _ENGINE_NODES[group] = (op_type, attributes, count, 0)
+    outputs = write(tensors, group, count)
+    return outputs[0] if count == 1 else outputs
+
+
+def describe_engine_node(group):
+    """merge's description of an engine_node group, once; None for another group."""
+    return _ENGINE_NODES.pop(group, None)
+
+
 def _attr(node, name):
     return next(helper.get_attribute_value(a) for a in node.attribute if a.name == name)
 
@@ -76,4 +97,4 @@ def merge(model, fresh, describe):
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
 
 
-__all__ = ["merge", "write", "onnx"]
+__all__ = ["describe_engine_node", "engine_node", "merge", "write", "onnx"]

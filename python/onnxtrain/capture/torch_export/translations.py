@@ -5,7 +5,9 @@ inference branch: it normalizes with the running statistics and leaves them unch
 training step would be silently wrong. Ours writes BatchNormalization in training mode, which
 onnx_rewrites then turns into the engine's BatchNormTraining (PyTorch's running-variance update)
 with the new statistics as graph outputs. Its squeeze of a dynamic dim fails for every size but
-1, where torch.export traced it as no squeeze (_squeezed).
+1, where torch.export traced it as no squeeze (_squeezed). Its detach is an Identity, through which
+the engine would differentiate: ours is the engine's StopGradient. The losses and the integer and
+extremum ops have modules of their own (translations_losses.py, translations_integers.py).
 """
 import torch
 from onnxscript import opset18 as op
@@ -79,18 +81,55 @@ def squeeze_all(x):
     return _squeeze(x, list(range(len(x.shape))))
 
 
+def detach(x):
+    """x.detach(): onnxscript writes an Identity, through which the engine would differentiate."""
+    from . import stubs
+
+    return stubs.engine_node("StopGradient", [x])
+
+
+def decomposed():
+    """ATen ops whose translation the exporter's registry must not hold (they decompose)."""
+    from . import translations_losses
+
+    return translations_losses.decomposed()
+
+
 def table():
     """The custom_translation_table for torch.onnx.export."""
-    from . import checkpoints
+    from . import checkpoints, translations_integers, translations_losses
     from .functions import python_function, python_op_translation
 
     aten = torch.ops.aten
     return {
         **checkpoints.translations(),
+        **translations_losses.table(),
+        **translations_integers.table(),
         python_function._opoverload: python_op_translation,
         aten._native_batch_norm_legit_functional.default: batch_norm_functional,
         aten._native_batch_norm_legit.no_stats: batch_norm_no_stats,
         aten.squeeze.dim: squeeze_dim,
         aten.squeeze.dims: squeeze_dims,
         aten.squeeze.default: squeeze_all,
+        aten.detach.default: detach,
     }
+
+
+def detach_no_grad_blocks(program):
+    """torch.export keeps a torch.no_grad() block of the forward as a call of
+    wrap_with_set_grad_enabled(False, block, inputs); the exporter inlines it, and the engine would
+    differentiate through it. Each of the block's results is detached (StopGradient) where it is read."""
+    graph = program.graph_module.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or getattr(node.target, "__name__", "") != "wrap_with_set_grad_enabled" \
+                or node.args[0] is not False:
+            continue
+        for result in list(node.users):
+            with graph.inserting_after(result):
+                detached = graph.call_function(torch.ops.aten.detach.default, (result,))
+            result.replace_all_uses_with(detached, delete_user_cb=lambda user: user is not detached)
+            detached.meta = dict(result.meta)
+            changed = True
+    if changed:
+        program.graph_module.recompile()

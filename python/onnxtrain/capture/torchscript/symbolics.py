@@ -21,6 +21,8 @@ onnxtrain exports:
   (torch.bernoulli(probs) becomes Bernoulli(probs)), drawn by the engine from the run's seed;
 - relu6 exports as a Clip whose gradient at 0 differs from eager's on torch 2.x: it keeps the
   Relu before the Clip that torch 1.13 writes;
+- x.detach() exports as nothing, so the engine would differentiate through the value the user cut
+  off from autograd: it becomes onnxtrain's StopGradient (Y = X, no gradient);
 - max_unpool1d/2d/3d have no symbolic: ONNX MaxUnpool's indices address the whole tensor where
   torch's address one image plane, so they become a ScatterElements along the flattened planes.
 """
@@ -200,7 +202,12 @@ def _relu6(g, x):
     return g.op("Clip", g.op("Relu", x), *bound)
 
 
+def _detach(g, x):
+    return g.op(f"{DOMAIN}::StopGradient", x)
+
+
 _SYMBOLICS = {
+    "aten::detach": _detach,
     "aten::relu6": _relu6,
     "aten::max_unpool2d": _max_unpool,
     "aten::max_unpool3d": _max_unpool,

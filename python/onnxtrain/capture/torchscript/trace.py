@@ -1,8 +1,10 @@
 """The TorchScript capture backend: torch.onnx.export's TorchScript-based exporter (torch 1.13's
 only one, torch 2.x's dynamo=False), with onnxtrain's symbolics and rewrites, in training or eval
 mode, with every dim dynamic."""
+import contextlib
 import io
 import os
+import sys
 import warnings
 
 import torch
@@ -14,6 +16,53 @@ from .. import onnx_rewrites
 from . import checkpoint, functions, split_guards, symbolics, torch_onnx
 
 OPSET = 17
+
+
+@contextlib.contextmanager
+def _gradient_cuts_watched(flat, cuts):
+    """Records in `cuts` each way the module's forward cuts values off from autograd that the
+    TorchScript trace does not record: turning gradients off (torch.no_grad(),
+    torch.set_grad_enabled(False)) while they are on, whose block the trace records as any other
+    ops, so the engine would differentiate through it; and reading a tensor's .data, which the
+    trace bakes in as a constant of the example input's values."""
+    original_set = torch._C._set_grad_enabled
+    base = next(c for c in torch.Tensor.__mro__[1:] if "data" in c.__dict__)
+    data = base.__dict__["data"]
+    inside = [0]
+    forward = flat.forward
+    torch_dir = os.path.dirname(torch.__file__)
+
+    def watched_forward(*args):
+        inside[0] += 1
+        try:
+            return forward(*args)
+        finally:
+            inside[0] -= 1
+
+    def set_grad_enabled(mode):
+        if inside[0] and not mode and torch.is_grad_enabled():
+            cuts.append("turns gradients off (torch.no_grad() or torch.set_grad_enabled(False)), whose block the "
+                        "TorchScript capture records as any other ops: the engine would differentiate through it. "
+                        "Detach the block's results (x.detach()), or use the torch.export capture (torch 2.6 and "
+                        "later), which records the block")
+        return original_set(mode)
+
+    def read_data(tensor):
+        caller = sys._getframe(1).f_code.co_filename
+        if inside[0] and not os.path.abspath(caller).startswith(torch_dir):
+            cuts.append("reads a tensor's .data, which the TorchScript capture records as a constant of the "
+                        "example input's values: use x.detach() instead")
+        return data.__get__(tensor)
+
+    flat.forward = watched_forward
+    torch._C._set_grad_enabled = set_grad_enabled
+    torch.Tensor.data = property(read_data, data.__set__)
+    try:
+        yield
+    finally:
+        del torch.Tensor.data
+        torch._C._set_grad_enabled = original_set
+        del flat.forward
 
 
 def export_once(module, tensors, input_schema, training):
@@ -33,7 +82,9 @@ def export_once(module, tensors, input_schema, training):
     mode = torch.onnx.TrainingMode.PRESERVE
     error = None
     recorded = {}
-    with preserved_state(module), traced_as_in_training(module), symbolics.registered(OPSET), \
+    gradient_cuts = []
+    with preserved_state(module), traced_as_in_training(module), _gradient_cuts_watched(flat, gradient_cuts), \
+            symbolics.registered(OPSET), \
             functions.recorded_functions(recorded, functions.storages(list(tensors) + list(module.parameters()) +
                                                                   list(module.buffers())), flat.traced_scalars), \
             checkpoint.marked_checkpoints(), split_guards.guarded_splits(), torch_onnx.tracing_workarounds(), \
@@ -49,6 +100,8 @@ def export_once(module, tensors, input_schema, training):
             error = f"{type(e).__name__}: {e}"
     if error is not None:
         raise ExportError(f"torch.onnx.export failed for {type(module).__name__}: {error}")
+    if gradient_cuts:
+        raise ExportError(f"the forward of {type(module).__name__} {gradient_cuts[0]}")
     if flat.output_schema is None:
         raise ExportError(f"torch.onnx.export did not run the forward of {type(module).__name__}")
 
