@@ -39,8 +39,26 @@ def _gradient_cuts_watched(flat, cuts):
         finally:
             inside[0] -= 1
 
+    onnxtrain_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    grad_mode_files = ("grad_mode.py", "_contextlib.py")
+
+    def from_user_code():
+        """Whether the code that turned gradients off is the user's: the caller of torch's grad-mode
+        context managers, when it is neither torch (whose own no_grad blocks are not traced ops)
+        nor onnxtrain."""
+        frame = sys._getframe(2)
+        while frame is not None and os.path.basename(frame.f_code.co_filename) in grad_mode_files:
+            if frame.f_code.co_name == "__exit__":
+                return False  # the end of an enable_grad() block restoring gradients off
+            frame = frame.f_back
+        if frame is None:
+            return False
+        caller = os.path.abspath(frame.f_code.co_filename)
+        return not caller.startswith(torch_dir) and not caller.startswith(onnxtrain_dir)
+
     def set_grad_enabled(mode):
-        if inside[0] and not mode and torch.is_grad_enabled():
+        if inside[0] and not mode and torch.is_grad_enabled() and from_user_code():
             cuts.append("turns gradients off (torch.no_grad() or torch.set_grad_enabled(False)), whose block the "
                         "TorchScript capture records as any other ops: the engine would differentiate through it. "
                         "Detach the block's results (x.detach()), or use the torch.export capture (torch 2.6 and "
