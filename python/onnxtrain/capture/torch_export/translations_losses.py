@@ -27,23 +27,29 @@ def _unbatched(loss, added, reduction):
     return loss
 
 
-def _nll(x, target, weight, reduction, ignore_index):
+def nll_loss_forward(x, target, weight=None, reduction: int = 1, ignore_index: int = -100):
+    """(the loss, aten's total weight)."""
     mode = _REDUCTIONS[reduction]
     x, target, added = _batched(x, target)
     if mode == "none":
-        return _unbatched(_nll_per_position(x, target, weight, ignore_index), added, mode), x, target
-    inputs = [x, target] if weight is None else [x, target, weight]
-    loss = op.NegativeLogLikelihoodLoss(*inputs, reduction=mode, ignore_index=ignore_index)
-    loss = loss[0] if isinstance(loss, (tuple, list)) else loss
-    return _unbatched(loss, added, mode), x, target
+        loss = _nll_per_position(x, target, weight, ignore_index)
+    else:
+        inputs = [x, target] if weight is None else [x, target, weight]
+        loss = op.NegativeLogLikelihoodLoss(*inputs, reduction=mode, ignore_index=ignore_index)
+    return _unbatched(loss, added, mode), _total_weight(x, target, weight, ignore_index)
+
+
+def _kept_and_safe(target, ignore_index):
+    """(the positions not ignored, the targets with the ignored ones replaced by class 0)."""
+    kept = op.Not(op.Equal(target, op.CastLike(op.Constant(value_int=ignore_index), target)))
+    return kept, op.Where(kept, target, op.CastLike(op.Constant(value_int=0), target))
 
 
 def _nll_per_position(x, target, weight, ignore_index):
     """reduction='none' as -w[t] x[n, t] (0 where ignored), from GatherElements: the exporter gives
     NegativeLogLikelihoodLoss's unreduced output rank 0, so that a sum of it was an Identity.
     x is [N, C, ...], target [N, ...]."""
-    kept = op.Not(op.Equal(target, op.CastLike(op.Constant(value_int=ignore_index), target)))
-    safe = op.Where(kept, target, op.CastLike(op.Constant(value_int=0), target))
+    kept, safe = _kept_and_safe(target, ignore_index)
     picked = op.GatherElements(x, op.Unsqueeze(safe, op.Constant(value_ints=[1])), axis=1)
     loss = op.Neg(op.Squeeze(picked, op.Constant(value_ints=[1])))
     if weight is not None:
@@ -54,21 +60,11 @@ def _nll_per_position(x, target, weight, ignore_index):
 def _total_weight(x, target, weight, ignore_index):
     """aten's second output: the summed weights of the targets not ignored (their count without
     weights), which cross_entropy's and nll_loss's modules never read."""
-    kept = op.Not(op.Equal(target, op.CastLike(op.Constant(value_int=ignore_index), target)))
+    kept, safe = _kept_and_safe(target, ignore_index)
     if weight is None:
         return op.ReduceSum(op.CastLike(kept, x), keepdims=0)
-    safe = op.Where(kept, target, op.CastLike(op.Constant(value_int=0), target))
     zero = op.CastLike(op.Constant(value_float=0.0), x)
     return op.ReduceSum(op.Where(kept, op.Gather(weight, safe, axis=0), zero), keepdims=0)
-
-
-def nll_loss_forward(x, target, weight=None, reduction: int = 1, ignore_index: int = -100):
-    loss, batched_x, batched_target = _nll(x, target, weight, reduction, ignore_index)
-    return loss, _total_weight(batched_x, batched_target, weight, ignore_index)
-
-
-def nll_loss_nd(x, target, weight=None, reduction: int = 1, ignore_index: int = -100):
-    return _nll(x, target, weight, reduction, ignore_index)[0]
 
 
 def decomposed():
