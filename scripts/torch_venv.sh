@@ -3,15 +3,33 @@
 # torch is a CUDA build of several GB, so it is never downloaded twice. It lives outside the clone,
 # in $ONNXTRAIN_VENV_ROOT (default ~/.cache/onnxtrain/), one per torch version, and is complete only
 # once its stamp file exists, so an interrupted install is redone. Prints the venv's python.
+# VERSION "system" is Debian's own torch 1.13: a venv over /usr/bin/python3 that sees its packages
+# (--system-site-packages) and adds only the model zoos.
 #   scripts/torch_venv.sh 2.15.0 [extra pip requirements...]
+#   scripts/torch_venv.sh system [extra pip requirements...]
 set -euo pipefail
-version=${1:?usage: scripts/torch_venv.sh TORCH_VERSION [REQUIREMENT...]}
+version=${1:?usage: scripts/torch_venv.sh TORCH_VERSION|system [REQUIREMENT...]}
 shift
 root=${ONNXTRAIN_VENV_ROOT:-$HOME/.cache/onnxtrain}
-venv="$root/torch-$version"
-# torchvision is left to pip to match the torch version; onnx and onnxscript are what the
-# torch.export-based exporter needs; matplotlib draws bench/run's charts.
-requirements=("torch==$version" torchvision onnx onnxscript numpy pytest pytest-xdist matplotlib "$@")
+# The model zoos the suite trains (tests/python/test_hf_models.py, test_timm_models.py), in the
+# newest versions that support each torch and one another (accelerate is transformers.Trainer's);
+# pinned, because pip upgrades torch itself to satisfy a newer one.
+case "$version" in
+  system) zoo=("transformers==4.44.2" "timm==1.0.9" "accelerate==0.33.0") ;;
+  2.4.*) zoo=("transformers==4.57.6" "timm==1.0.31" "accelerate==1.10.1") ;;
+  *) zoo=("transformers==5.24.0" "timm==1.0.31" "accelerate==1.16.0") ;;
+esac
+if [ "$version" = system ]; then
+  venv="$root/debian-system"
+  requirements=("${zoo[@]}" "$@")
+  venv_options=(--system-site-packages)
+else
+  venv="$root/torch-$version"
+  # torchvision is left to pip to match the torch version; onnx and onnxscript are what the
+  # torch.export-based exporter needs; matplotlib draws bench/run's charts.
+  requirements=("torch==$version" torchvision onnx onnxscript numpy pytest pytest-xdist matplotlib "${zoo[@]}" "$@")
+  venv_options=()
+fi
 # The stamp names what was installed: a new requirement installs again, into the same venv.
 stamp="$venv/.complete-$(printf '%s\n' "${requirements[@]}" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
@@ -22,7 +40,7 @@ if [ ! -f "$stamp" ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv >&2
   fi
-  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv" >&2
+  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "${venv_options[@]}" "$venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
   "$venv/bin/python" -m pip install -q "${requirements[@]}" >&2
   touch "$stamp"

@@ -43,7 +43,16 @@ class _Flattener:
             return ("D", type(obj), tuple((k, self(v, f"{path}[{k!r}]")) for k, v in obj.items()))
         raise UnsupportedTypeError(
             f"onnxtrain cannot pass {path} of type {type(obj).__qualname__}: supported are tensors, None, "
-            "bool, int, float, str and lists, tuples, dicts and namedtuples of them")
+            "bool, int, float, str and lists, tuples, dicts and namedtuples of them" + _hint(obj))
+
+
+def _hint(obj):
+    cls = type(obj)
+    if cls.__module__.startswith("transformers") and cls.__name__.endswith("Cache"):
+        # A key/value cache is for generation; training does not read it.
+        return (". It is a HuggingFace key/value cache, which a training step does not need: call the model with "
+                "use_cache=False, or set model.config.use_cache = False")
+    return ""
 
 
 def _unflatten(node, tensors, python_scalars=False):

@@ -141,6 +141,15 @@ class ORTModule(torch.nn.Module):
                 del e
                 graphs, outputs = self._run_fitting_export(args, kwargs, graphs, mismatch)
             except _C.EngineError as e:
+                if not isinstance(e, _C.UnsupportedError) and graphs.exported.sizes_may_be_baked():
+                    # The trace warned in the module's code (a size it read as a Python number, as
+                    # HF's mask code does under TorchScript): a graph for these sizes is exported.
+                    reason = f"the graph its trace warned about failed at these sizes ({e})"
+                    del e
+                    graphs, outputs = self._run_fitting_export(args, kwargs, graphs, reason)
+                    graphs.proven = True
+                    outputs = graphs.apply_buffer_updates(self._original_module, outputs)
+                    return _io.unflatten_outputs(graphs.exported.output_schema, list(outputs))
                 if isinstance(e, _C.UnsupportedError) or not graphs.exported.shrunk or graphs.proven:
                     raise
                 # The graph traced on a small batch does not hold at full size (a hard-coded shape,
@@ -220,7 +229,8 @@ class ORTModule(torch.nn.Module):
 
     def _run_fitting_export(self, args, kwargs, failed, mismatch):
         """The engine refused `failed` for these inputs: a chunk, split or unbind makes other
-        pieces at their sizes than at the trace's (SplitGuard). Runs the call on another export of
+        pieces at their sizes than at the trace's (SplitGuard), or a size the trace baked in does
+        not hold. Runs the call on another export of
         the same call structure that fits, or on a new one traced from these inputs, which is kept
         beside the others (a last, smaller batch alternates with the full ones)."""
         tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
@@ -235,6 +245,10 @@ class ORTModule(torch.nn.Module):
             try:
                 outputs = self._run(graphs, self._feeds(graphs, params, tensors), tensors)
             except _C.ExportMismatchError:
+                continue
+            except _C.EngineError as e:
+                if isinstance(e, _C.UnsupportedError) or not graphs.exported.sizes_may_be_baked():
+                    raise
                 continue
             self._graphs.move_to_end(key)
             self._last_variant[call] = key[3]

@@ -1,5 +1,6 @@
 #include "onnx/shape_inference.h"
 
+#include <onnx/defs/data_type_utils.h>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -119,6 +120,24 @@ class NodeByNodeInference {
     }
   }
 
+  // An op without an inference function (in libonnx 1.12 LessOrEqual and GreaterOrEqual, which a
+  // function body defines) still fixes an output's element type where its type constraint allows
+  // one type, bool for a comparison: without it every node downstream (HF's causal masks) stayed
+  // untyped, and a gradient rule there could not be built.
+  void declare_single_typed_outputs(const Node& n, const onnx::OpSchema& schema) {
+    const auto& formals = schema.outputs();
+    if (formals.empty()) return;
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      const auto& allowed = formals[std::min(i, formals.size() - 1)].GetTypes();
+      if (n.outputs[i].empty() || allowed.size() != 1 || pointers_.count(n.outputs[i])) continue;
+      onnx::ValueInfoProto vi;
+      *vi.mutable_type() = onnx::Utils::DataTypeUtils::ToTypeProto(*allowed.begin());
+      ValueInfo& existing = graph_.value_info[n.outputs[i]];
+      if (existing.dtype == DType::Undefined) existing.dtype = value_info_from_proto(vi).dtype;
+      declare(n.outputs[i], &existing);
+    }
+  }
+
   void infer(const Node& n) {
     auto opset = graph_.opsets.find(n.domain);
     if (opset == graph_.opsets.end()) return;
@@ -138,7 +157,10 @@ class NodeByNodeInference {
       const Attribute& value = n.attrs.at("value");
       if (value.kind == Attribute::Kind::Tensor && value.t.numel() <= kMaxDataElements) add_data(n.outputs[0], value.t);
     }
-    if (!schema->has_type_and_shape_inference_function()) return;
+    if (!schema->has_type_and_shape_inference_function()) {
+      declare_single_typed_outputs(n, *schema);
+      return;
+    }
     // Subgraph ops (If, Loop, Scan) infer through a graph inferencer that a node-by-node context
     // does not have; libonnx dereferences it unchecked. Their outputs stay as declared.
     for (const auto& [name, attr] : n.attrs)

@@ -247,6 +247,11 @@ class Exported:
                 return text
         return None
 
+    def sizes_may_be_baked(self):
+        """Whether the tracer warned in the module's own code (not torch's): a size or value it
+        read as a Python number is then a constant of the graph, which other sizes can break."""
+        return any(from_user_code for _, from_user_code in self.trace_warnings)
+
     def misfit(self, tensors):
         """None if the graph holds for these inputs' sizes, else why not."""
         guard = self.failed_guard(tensors) if self.shape_guards else None

@@ -38,11 +38,13 @@ To convert(From v) {
   }
 }
 
-// Float to integer: NaN, infinities and out-of-range values are refused (C++ leaves them
-// undefined; PyTorch gives whatever the CPU's conversion instruction does).
+// Float to integer: NaN, infinities and out-of-range values give what PyTorch gives on this CPU
+// (float_to_int_like_torch), where it has a reference; to uint32 and uint64 they are refused
+// (C++ leaves them undefined).
 template <typename From, typename To>
 To convert_checked(From v, std::atomic<bool>& out_of_range) {
   if constexpr (std::is_integral_v<To> && !std::is_same_v<To, bool> && std::is_floating_point_v<From>) {
+    if constexpr (sizeof(To) <= 2 || std::is_signed_v<To>) return float_to_int_like_torch<To>(v);
     bool bad = false;
     To r = float_to_int<To>(v, bad);
     if (bad) out_of_range.store(true, std::memory_order_relaxed);

@@ -183,6 +183,7 @@ def _trace(module, flat, args, dynamic, functions, probes):
             error = f"torch.export.export failed for {type(module).__name__}: {type(e).__name__}: {_first_lines(e)}"
     if error is None:
         translations.detach_no_grad_blocks(program)
+        translations.materialize_contiguous(program)
         try:
             refused.refuse_differing_ops(program)
         except refused.NotCapturable as e:

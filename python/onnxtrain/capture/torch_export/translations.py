@@ -133,3 +133,23 @@ def detach_no_grad_blocks(program):
             changed = True
     if changed:
         program.graph_module.recompile()
+
+
+def materialize_contiguous(program):
+    """x.contiguous() becomes an explicit copy (clone in that memory format). The exporter's
+    decomposition drops a contiguous() that the traced strides show to be a no-op, and its later
+    type-promotion pass re-runs the graph on fake kernels whose strides differ: a view after it
+    then fails (T5 under SDPA on torch 2.15: "Cannot view a tensor with shape ... and strides").
+    A clone is a no-op in ONNX, so the graph the engine gets is the same."""
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        if not isinstance(graph, torch.fx.Graph):
+            continue
+        changed = False
+        for node in graph.nodes:
+            if node.op == "call_function" and node.target is torch.ops.aten.contiguous.default:
+                node.target = torch.ops.aten.clone.default
+                node.kwargs = {"memory_format": node.kwargs.get("memory_format", torch.contiguous_format)}
+                changed = True
+        if changed:
+            module.recompile()

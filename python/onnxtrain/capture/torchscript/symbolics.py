@@ -30,7 +30,7 @@ import contextlib
 
 import torch
 
-from . import symbolics_int_random, torch_onnx
+from . import symbolics_attention, symbolics_int_random, torch_onnx
 
 sh = torch_onnx.symbolic_helper
 opset9 = torch_onnx.opset9
@@ -227,6 +227,7 @@ _SYMBOLICS = {
 
 
 _SYMBOLICS.update(symbolics_int_random.SYMBOLICS)
+_SYMBOLICS.update(symbolics_attention.SYMBOLICS)
 
 
 @contextlib.contextmanager

@@ -168,6 +168,10 @@ SYMBOLICS = {
     "aten::bitwise_or": _bitwise("BitwiseOr", "Or"),
     "aten::__xor_": _bitwise("BitwiseXor", "Xor"),
     "aten::bitwise_xor": _bitwise("BitwiseXor", "Xor"),
+    # mask |= other: the tracer reads the in-place op's result wherever the mask is read after it.
+    "aten::__iand_": _bitwise("BitwiseAnd", "And"),
+    "aten::__ior_": _bitwise("BitwiseOr", "Or"),
+    "aten::__ixor_": _bitwise("BitwiseXor", "Xor"),
     "aten::bitwise_not": _bitwise_not,
     "aten::__lshift_": _shift("LEFT", opset11.__lshift_),
     "aten::__rshift_": _shift("RIGHT", opset11.__rshift_),

@@ -1,0 +1,200 @@
+"""A model of a zoo (torchvision, HuggingFace transformers, timm) trained through the engine, in
+eager float32 and in eager float64, the floor, for a few steps.
+
+Float32 alone cannot judge a deep model: a BatchNorm over a batch of 2 loses digits, a 1-ulp
+near-tie in a max pool or a ReLU flips a decision and moves a whole upstream gradient, and a
+gradient that is zero in exact arithmetic (a key bias under softmax, a bias before a BatchNorm) is
+rounding noise. So the engine is held to the float64 run: on the logits, the loss, every parameter
+gradient and every floating buffer, its distance to float64 must stay within FACTOR times eager
+float32's own distance, plus FLOOR. Eager float32's distance is the largest over eager runs whose
+inputs and parameters are perturbed at the level of float32 rounding (relative 1e-6): where a
+decision sits that close, some perturbed run flips it too. A gradient is also measured against the
+size of the whole gradient, so that a gradient that should be zero is judged by what it adds.
+
+Each step starts all three runs from the same parameters (the float64 run's, rounded), so that
+chaotic divergence over steps does not hide a wrong gradient; the steps still exercise the
+engine's planned runs and buffer write-back. A gradient that eager leaves None must be None.
+"""
+import copy
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from conftest import assert_engine_ran
+import onnxtrain
+
+STEPS = 3
+PERTURBED_RUNS, PERTURBATION = 3, 1e-6
+# The engine may be this many times farther from float64 than eager float32 is, plus a floor
+# for the values where both are at float32's rounding level.
+FACTOR, FLOOR = 10.0, 1e-4
+LEARNING_RATE = 0.05
+
+
+@dataclasses.dataclass
+class Case:
+    """make() builds the float32 module (deterministic: no dropout); batch(gen) gives one step's
+    (args, kwargs, target); loss(output, target) the scalar loss; logits(output) the output compared."""
+    make: Callable[[], torch.nn.Module]
+    batch: Callable[[torch.Generator], Any]
+    loss: Callable[[Any, Any], torch.Tensor]
+    logits: Callable[[Any], torch.Tensor]
+    output_type: type = None  # the type each output must have (HF's ModelOutput subclasses)
+
+
+def distance(a, b):
+    """Normwise relative distance of a to the float64 reference b."""
+    a, b = a.detach().double(), b.detach().double()
+    return ((a - b).norm() / (b.norm() + 1e-30)).item()
+
+
+class Comparison:
+    """Distances to float64 of the engine and of eager float32 (the largest over the unperturbed
+    and perturbed eager runs), per compared quantity."""
+
+    def __init__(self):
+        self.entries = []  # (what, engine distance, eager distance)
+
+    def add(self, what, ours, eagers, ref64, scale=None):
+        def dist(t):
+            d = distance(t, ref64)
+            if scale is not None:  # gradients near zero: measure against the whole gradient's size
+                d = min(d, (t.detach().double() - ref64.detach().double()).norm().item() / scale)
+            return d
+
+        self.entries.append((what, dist(ours), max(dist(e) for e in eagers)))
+
+    def problems(self):
+        return [f"{w}: engine {a:.2e} from float64, eager float32 {b:.2e}" for w, a, b in self.entries
+                if a > FACTOR * b + FLOOR]
+
+    def worst(self, prefix):
+        rows = [e for e in self.entries if e[0].split(" ", 2)[2].startswith(prefix)]
+        return max(rows, key=lambda e: e[1]) if rows else None
+
+    def worst_ratio(self):
+        """The largest engine / (eager + floor / FACTOR): at most FACTOR where every check passes."""
+        return max(a / (b + FLOOR / FACTOR) for _, a, b in self.entries)
+
+
+def _map_tensors(obj, fn):
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_map_tensors(v, fn) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _as_float64(obj):
+    return _map_tensors(obj, lambda t: t.double() if t.is_floating_point() else t)
+
+
+def _perturbed(obj, gen):
+    return _map_tensors(obj, lambda t: t + PERTURBATION * t.abs() * torch.randn(t.shape, generator=gen)
+                        if t.is_floating_point() else t)
+
+
+def sync_from(reference, *models):
+    with torch.no_grad():
+        for m in models:
+            for p, q in zip(m.parameters(), reference.parameters()):
+                p.copy_(q)
+            for b, c in zip(m.buffers(), reference.buffers()):
+                b.copy_(c)
+        # The float64 run continues from the float32-rounded values the others start from.
+        for p in reference.parameters():
+            p.copy_(p.float().double())
+        for b in reference.buffers():
+            if b.is_floating_point():
+                b.copy_(b.float().double())
+
+
+def perturbed_copies(model, count, seed):
+    gen = torch.Generator().manual_seed(seed)
+    copies = []
+    for _ in range(count):
+        m = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.mul_(1 + PERTURBATION * torch.randn(p.shape, generator=gen))
+        copies.append(m)
+    return copies
+
+
+def _step(case, model, args, kwargs, target):
+    model.zero_grad(set_to_none=True)
+    output = model(*args, **kwargs)
+    if case.output_type is not None:
+        assert isinstance(output, case.output_type), f"the output is a {type(output).__name__}"
+    loss = case.loss(output, target)
+    loss.backward()
+    return case.logits(output), loss
+
+
+def compare_with_float64(case, steps=STEPS, seed=0):
+    """Trains case's model for `steps` steps through the engine, in eager float32 and in eager
+    float64, and returns the Comparison of the logits, the loss, every gradient and buffer. The
+    engine must run every step, with neither a fallback to PyTorch nor to another capture."""
+    torch.manual_seed(seed)
+    base = case.make()
+    ref64 = copy.deepcopy(base).double()
+    ref32 = copy.deepcopy(base)
+    net = copy.deepcopy(base)
+    model = onnxtrain.ORTModule(net)
+    capture_fallbacks = len(onnxtrain.capture.FALLBACKS)
+    gen = torch.Generator().manual_seed(seed + 1)
+    comparison = Comparison()
+    for step in range(steps):
+        sync_from(ref64, net, ref32)
+        args, kwargs, target = case.batch(gen)
+        eagers = [ref32] + perturbed_copies(ref32, PERTURBED_RUNS, seed=100 + step)
+        logits, loss = _step(case, model, args, kwargs, target)
+        assert_engine_ran(logits)
+        eager_results = [_step(case, m, *_perturbed((args, kwargs), gen), target) if k else
+                         _step(case, m, args, kwargs, target) for k, m in enumerate(eagers)]
+        logits64, loss64 = _step(case, ref64, _as_float64(args), _as_float64(kwargs), _as_float64(target))
+        comparison.add(f"step {step} logits", logits, [r[0] for r in eager_results], logits64)
+        comparison.add(f"step {step} loss", loss, [r[1] for r in eager_results], loss64)
+        total = torch.cat([p.grad.flatten() for p in ref64.parameters() if p.grad is not None]).norm().item()
+        scale = max(total, 1e-30) / len(list(ref64.parameters())) ** 0.5
+        eager_params = [list(m.parameters()) for m in eagers]
+        for i, ((pname, p), r) in enumerate(zip(net.named_parameters(), ref64.parameters())):
+            q = eager_params[0][i]
+            if q.grad is None:
+                assert p.grad is None, f"step {step}: {pname} has a gradient, eager has none"
+                continue
+            assert p.grad is not None, f"step {step}: {pname} has no gradient, eager has one"
+            comparison.add(f"step {step} grad {pname}", p.grad, [e[i].grad for e in eager_params], r.grad, scale)
+        eager_buffers = [list(m.buffers()) for m in eagers]
+        for i, ((bname, b), d) in enumerate(zip(net.named_buffers(), ref64.buffers())):
+            if b.is_floating_point():
+                comparison.add(f"step {step} buffer {bname}", b, [e[i] for e in eager_buffers], d)
+            else:
+                assert torch.equal(b, eager_buffers[0][i]), f"step {step} buffer {bname}: {b} vs {eager_buffers[0][i]}"
+        # One SGD step in float64 moves the shared starting point for the next step.
+        with torch.no_grad():
+            for r in ref64.parameters():
+                if r.grad is not None:
+                    r.add_(r.grad, alpha=-LEARNING_RATE)
+    assert model.fallback_reason is None, model.fallback_reason
+    assert len(onnxtrain.capture.FALLBACKS) == capture_fallbacks, onnxtrain.capture.FALLBACKS[-1]
+    return comparison
+
+
+def table_row(name, comparison):
+    """One row of the parity tables (README): the worst gradient, loss and buffer, engine / eager
+    float32 distance to float64, and the largest ratio of the two."""
+    cells = []
+    for prefix in ("grad", "loss", "buffer"):
+        w = comparison.worst(prefix)
+        cells.append("-" if w is None else f"{w[1]:.1e} / {w[2]:.1e}")
+    problems = comparison.problems()
+    return (f"| {name} | {cells[0]} | {cells[1]} | {cells[2]} | {comparison.worst_ratio():.2f} | "
+            f"{len(problems)} of {len(comparison.entries)} |")
+
+
+TABLE_HEADER = ("| model | worst gradient: engine / eager float32 distance to float64 | loss | buffers "
+                "| largest engine / (eager + floor) | checks failed |\n|---|---|---|---|---|---|")
