@@ -51,6 +51,11 @@ std::vector<GradCase> cases() {
       {"HardSigmoid_attributes", "HardSigmoid", "", f({{"alpha", 0.5f}, {"beta", 0.6f}}),
        {random_tensor(F64, {2, 6}, 51, -2, 2)}},
       {"HardSwish", "HardSwish", "", {}, {random_tensor(F64, {3, 5}, 52, -5, 5)}},
+      // Bounds at -1 and 2: every value at least 0.05 from them.
+      {"HardTanh", "HardTanh", kOnnxTrainDomain, f({{"min_val", -1.0f}, {"max_val", 2.0f}}),
+       {Tensor::from_vector(std::vector<double>{-3, -1.5, -0.95, -0.2, 0.3, 1.1, 1.9, 2.05, 2.6, 4}, {2, 5})}},
+      {"HardTanh_relu6", "HardTanh", kOnnxTrainDomain, f({{"min_val", 0.0f}, {"max_val", 6.0f}}),
+       {Tensor::from_vector(std::vector<double>{-2, -0.1, 0.2, 3, 5.9, 6.1, 7, 1}, {8})}},
       {"Gelu_exact", "Gelu", kOnnxTrainDomain, {}, {random_tensor(F64, {3, 7}, 53, -4, 4)}},
       {"Gelu_tanh", "Gelu", kOnnxTrainDomain, {{"approximate", Attribute::of_string("tanh")}},
        {random_tensor(F64, {3, 7}, 54, -4, 4)}},

@@ -15,9 +15,11 @@ const double kNaN = std::nan("");
 Tensor vec(const Values& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
 
 // Runs one node on 1-D float64 inputs and returns the gradient of sum(output) for each input.
-std::vector<Values> grads_of(const std::string& op, const std::vector<Values>& inputs, AttributeMap attrs = {}) {
+std::vector<Values> grads_of(const std::string& op, const std::vector<Values>& inputs, AttributeMap attrs = {},
+                             const std::string& domain = "") {
   Graph g;
-  Node n{"node", op, "", {}, {"y"}, std::move(attrs)};
+  if (!domain.empty()) g.opsets[domain] = 1;
+  Node n{"node", op, domain, {}, {"y"}, std::move(attrs)};
   std::vector<Tensor> feeds;
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::string name = "x" + std::to_string(i);
@@ -89,6 +91,16 @@ TEST(ElementwiseEdges, ClipPassesGradientAtItsBounds) {
   Values got;
   for (int64_t i = 0; i < grad.numel(); ++i) got.push_back(grad.item_as_double(i));
   expect_values(got, {0, 1, 1, 1, 0}, "Clip dX");
+}
+
+TEST(ElementwiseEdges, HardTanhHasNoGradientAtItsBoundsNorAtNaN) {
+  // torch: hardtanh(x, -1, 2) and relu6 give 0 at both bounds and for NaN (its vectorized
+  // kernel, which tensors of 8 or more elements take), 1 inside.
+  AttributeMap bounds{{"min_val", Attribute::of_float(-1.0f)}, {"max_val", Attribute::of_float(2.0f)}};
+  expect_values(grads_of("HardTanh", {{-1, 2, -3, 0.5, 5, kNaN}}, bounds, kOnnxTrainDomain)[0], {0, 0, 0, 1, 0, 0},
+                "HardTanh");
+  AttributeMap relu6{{"min_val", Attribute::of_float(0.0f)}, {"max_val", Attribute::of_float(6.0f)}};
+  expect_values(grads_of("HardTanh", {{0, 6, 3}}, relu6, kOnnxTrainDomain)[0], {0, 0, 1}, "relu6");
 }
 
 TEST(ElementwiseEdges, KinksTakeTorchsSide) {

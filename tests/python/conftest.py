@@ -86,3 +86,8 @@ def pytest_terminal_summary(terminalreporter):
                                 "TorchScript")
     for reason, count in reasons.most_common(25):
         terminalreporter.write_line(f"  {count:4d}  {reason}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "zoo: a model of a zoo (HuggingFace, timm) trained at the float64 floor; "
+                                       "scripts/test.sh runs these at the default optimizer level only")

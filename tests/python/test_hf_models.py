@@ -17,6 +17,8 @@ import conftest  # noqa: F401 - first: it puts the package on sys.path when run 
 import onnxtrain  # noqa: E402
 import zoo_parity  # noqa: E402
 
+pytestmark = pytest.mark.zoo
+
 transformers = pytest.importorskip("transformers") if __name__ != "__main__" else __import__("transformers")
 
 VOCAB, BATCH, SEQ, LABELS = 100, 2, 8, 3

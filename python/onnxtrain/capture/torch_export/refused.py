@@ -9,7 +9,7 @@ a checkpoint segment is marked, checkpoints.py):
 In the traced program (refuse_differing_ops): ATen ops whose onnxscript translation differs from
 eager where the TorchScript capture has onnxtrain's own symbolic (capture/torchscript/symbolics*.py),
 each found by the suite run on this backend: where ties send a gradient (amax and amin, adaptive
-max pooling), NaN propagation (relu6, hardtanh, log_sigmoid, group_norm), multinomial's draws, and
+max pooling), NaN propagation (log_sigmoid, native_group_norm), multinomial's draws, and
 float16 or bfloat16 values (onnxscript computes reductions and gelu in the tensor's own precision, eager
 accumulates in float32), and float64 values (Python float constants pass through float32). The
 losses, integer division and max/min along a dim, which onnxscript also writes otherwise than
@@ -118,11 +118,8 @@ _DIFFERING = {
     "adaptive_max_pool1d": "ties in a window route the gradient otherwise than eager",
     "adaptive_max_pool2d": "ties in a window route the gradient otherwise than eager",
     "adaptive_max_pool3d": "ties in a window route the gradient otherwise than eager",
-    "relu6": "NaN propagates otherwise than eager",
-    "hardtanh": "is not checked against eager's NaN propagation (relu6, its special case, differs)",
     "log_sigmoid": "NaN and large inputs are handled otherwise than eager",
     "log_sigmoid_forward": "NaN and large inputs are handled otherwise than eager",
-    "group_norm": "NaN propagates otherwise than eager",
     "native_group_norm": "NaN propagates otherwise than eager",
     "multinomial": "draws without replacement are not eager's",
 }

@@ -88,6 +88,34 @@ def detach(x):
     return stubs.engine_node("StopGradient", [x])
 
 
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
+    """hardtanh and relu6 (which torch.export writes as hardtanh(0, 6)): the engine's HardTanh.
+    onnxscript's Clip has eager's values, but its gradient is 1 at the bounds where eager's is 0."""
+    from . import stubs
+
+    return stubs.engine_node("HardTanh", [x], min_val=float(min_val), max_val=float(max_val))
+
+
+def relu6(x):
+    return hardtanh(x, 0.0, 6.0)
+
+
+def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-05, cudnn_enabled: bool = True):
+    """group_norm as the TorchScript exporter writes it (whose NaN propagation the suite checks
+    against eager): each group's values normalized by InstanceNormalization over [N, groups, rest],
+    then the per-channel weight and bias."""
+    grouped = op.Reshape(x, op.Constant(value_ints=[0, num_groups, -1]))
+    ones = op.Expand(op.CastLike(op.Constant(value_float=1.0), x), op.Constant(value_ints=[num_groups]))
+    zeros = op.Expand(op.CastLike(op.Constant(value_float=0.0), x), op.Constant(value_ints=[num_groups]))
+    out = op.Reshape(op.InstanceNormalization(grouped, ones, zeros, epsilon=eps), op.Shape(x))
+    per_channel = op.Constant(value_ints=list(range(1, len(x.shape) - 1)))
+    if weight is not None:
+        out = op.Mul(out, op.Unsqueeze(weight, per_channel) if len(x.shape) > 2 else weight)
+    if bias is not None:
+        out = op.Add(out, op.Unsqueeze(bias, per_channel) if len(x.shape) > 2 else bias)
+    return out
+
+
 def decomposed():
     """ATen ops whose translation the exporter's registry must not hold (they decompose)."""
     from . import translations_losses
@@ -112,6 +140,9 @@ def table():
         aten.squeeze.dims: squeeze_dims,
         aten.squeeze.default: squeeze_all,
         aten.detach.default: detach,
+        aten.hardtanh.default: hardtanh,
+        aten.relu6.default: relu6,
+        aten.group_norm.default: group_norm,
     }
 
 

@@ -19,8 +19,8 @@ onnxtrain exports:
 - x.bernoulli_(p) (torchvision's stochastic depth) reaches torch's bernoulli symbolic with p in
   the generator's place and is refused; it becomes ONNX Bernoulli of p filled to x's shape
   (torch.bernoulli(probs) becomes Bernoulli(probs)), drawn by the engine from the run's seed;
-- relu6 exports as a Clip whose gradient at 0 differs from eager's on torch 2.x: it keeps the
-  Relu before the Clip that torch 1.13 writes;
+- relu6 and hardtanh export as a Clip, whose gradient is 1 at its bounds where eager's is 0 (and
+  torch 2.x drops the Relu before relu6's Clip that 1.13 writes): both become onnxtrain's HardTanh;
 - x.detach() exports as nothing, so the engine would differentiate through the value the user cut
   off from autograd: it becomes onnxtrain's StopGradient (Y = X, no gradient);
 - max_unpool1d/2d/3d have no symbolic: ONNX MaxUnpool's indices address the whole tensor where
@@ -194,12 +194,12 @@ def _max_unpool(g, input, indices, output_size, *stride_and_padding):
 
 
 def _relu6(g, x):
-    """Clip(Relu(x), 0, 6), as torch 1.13 exports relu6: torch 2.x writes Clip(x, 0, 6) alone, whose
-    gradient at x = 0 is 1 (Clip's bounds are inclusive, as clamp's are), where eager's relu6
-    (hardtanh, exclusive bounds) gives 0. Relu's gradient at 0 is eager's."""
-    dtype = torch_onnx.dtype_of_scalar_type(sh._try_get_scalar_type(x) or "Float")
-    bound = [g.op("Constant", value_t=torch.tensor(v, dtype=dtype)) for v in (0, 6)]
-    return g.op("Clip", g.op("Relu", x), *bound)
+    return g.op(f"{DOMAIN}::HardTanh", x, min_val_f=0.0, max_val_f=6.0)
+
+
+@sh.parse_args("v", "f", "f")
+def _hardtanh(g, x, min_val, max_val):
+    return g.op(f"{DOMAIN}::HardTanh", x, min_val_f=min_val, max_val_f=max_val)
 
 
 def _detach(g, x):
@@ -209,6 +209,7 @@ def _detach(g, x):
 _SYMBOLICS = {
     "aten::detach": _detach,
     "aten::relu6": _relu6,
+    "aten::hardtanh": _hardtanh,
     "aten::max_unpool2d": _max_unpool,
     "aten::max_unpool3d": _max_unpool,
     "aten::log_sigmoid": _log_sigmoid,

@@ -1,0 +1,80 @@
+// ai.onnxtrain::HardTanh (torch's hardtanh, relu6 = HardTanh(0, 6)) and its gradient. ONNX's
+// Clip has the same values but an inclusive gradient (1 at the bounds, clamp's), where torch's
+// hardtanh gives 0 at both bounds. NaN passes through, with gradient 0 as torch's vectorized
+// kernel gives it (its scalar loop, for tensors under one vector, gives dY).
+#include "autodiff/grad_builder.h"
+#include "onnx/custom_schema.h"
+#include "ops/math/float_kernels.h"
+#include "ops/registry.h"
+
+namespace onnxtrain {
+namespace {
+
+class HardTanhKernel final : public Kernel {
+ public:
+  explicit HardTanhKernel(const KernelInfo& info)
+      : min_(info.node.attr_float("min_val", -1.0f)), max_(info.node.attr_float("max_val", 1.0f)) {
+    OT_CHECK(min_ <= max_, info.node.describe(), ": min_val ", min_, " is above max_val ", max_);
+  }
+  void compute(KernelContext& ctx) const override {
+    const double lo = min_, hi = max_;
+    float_unary(ctx, "HardTanh", [lo, hi](auto x) {
+      using T = decltype(x);
+      return x < static_cast<T>(lo) ? static_cast<T>(lo) : x > static_cast<T>(hi) ? static_cast<T>(hi) : x;
+    });
+  }
+
+ private:
+  float min_, max_;
+};
+
+// HardTanhGrad(dY, X): dY where min_val < x < max_val, else 0 (NaN included), as torch's
+// vectorized hardtanh_backward.
+class HardTanhGradKernel final : public Kernel {
+ public:
+  explicit HardTanhGradKernel(const KernelInfo& info)
+      : min_(info.node.attr_float("min_val", -1.0f)), max_(info.node.attr_float("max_val", 1.0f)) {}
+  void compute(KernelContext& ctx) const override {
+    const double lo = min_, hi = max_;
+    float_binary(ctx, "HardTanhGrad", [lo, hi](auto dy, auto x) {
+      using T = decltype(dy);
+      return x > static_cast<T>(lo) && x < static_cast<T>(hi) ? dy : T(0);
+    });
+  }
+
+ private:
+  float min_, max_;
+};
+
+void hard_tanh_gradient(GradBuilder& g) {
+  const Node& n = g.node();
+  g.set_input_grad(0, g.op("HardTanhGrad", {g.output_grad(0), g.input(0)},
+                           {{"min_val", Attribute::of_float(n.attr_float("min_val", -1.0f))},
+                            {"max_val", Attribute::of_float(n.attr_float("max_val", 1.0f))}},
+                           kOnnxTrainDomain));
+}
+
+onnx::OpSchema hard_tanh_schema() {
+  onnx::OpSchema schema;
+  schema.SetName("HardTanh")
+      .SetDomain(kOnnxTrainDomain)
+      .SinceVersion(1)
+      .SetDoc("Y = min(max(X, min_val), max_val), NaN kept; the gradient is 0 at both bounds (torch's hardtanh).")
+      .Attr("min_val", "lower bound", onnx::AttributeProto::FLOAT, -1.0f)
+      .Attr("max_val", "upper bound", onnx::AttributeProto::FLOAT, 1.0f)
+      .Input(0, "X", "input", "T")
+      .Output(0, "Y", "X clamped", "T")
+      .TypeConstraint("T", {"tensor(float16)", "tensor(bfloat16)", "tensor(float)", "tensor(double)"},
+                      "floating-point tensors")
+      .TypeAndShapeInferenceFunction(onnx::propagateShapeAndTypeFromFirstInput);
+  return schema;
+}
+
+}  // namespace
+
+ONNXTRAIN_SCHEMA(hard_tanh_schema());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "HardTanh", kernel_factory<HardTanhKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "HardTanhGrad", kernel_factory<HardTanhGradKernel>());
+ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "HardTanh", hard_tanh_gradient);
+
+}  // namespace onnxtrain

@@ -1,0 +1,100 @@
+"""timm models of many families (random init, 10 classes, small inputs, nothing downloaded)
+trained through the engine, judged against eager float32 and the float64 floor over STEPS steps
+(zoo_parity.py), on the capture this torch uses by default, with no fallback of either kind.
+
+timm is installed per torch by scripts/torch_venv.sh; run as a script, this prints the README's
+parity table of these models.
+"""
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import conftest  # noqa: F401 - first: it puts the package on sys.path when run as a script
+import onnxtrain  # noqa: E402
+import zoo_parity  # noqa: E402
+
+pytestmark = pytest.mark.zoo
+
+timm = pytest.importorskip("timm") if __name__ != "__main__" else __import__("timm")
+
+BATCH, CLASSES = 2, 10
+# name -> (family, input size, create_model arguments): small inputs, and for the transformers
+# a patch and window size that fit them.
+MODELS = {
+    "resnet18": ("ResNet", 32, {}),
+    "seresnext26d_32x4d": ("ResNeXt + squeeze-excitation", 32, {}),
+    "resnest14d": ("ResNeSt (split attention)", 32, {}),
+    "nf_resnet26": ("normalizer-free ResNet (weight standardization)", 32, {}),
+    "efficientnet_b0": ("EfficientNet", 32, {}),
+    "tinynet_e": ("TinyNet", 32, {}),
+    "mobilenetv2_035": ("MobileNetV2", 64, {}),
+    "mobilenetv3_small_050": ("MobileNetV3 (hard-swish)", 32, {}),
+    "mnasnet_small": ("MnasNet", 32, {}),
+    "ghostnet_050": ("GhostNet", 32, {}),
+    "rexnet_100": ("ReXNet", 64, {}),
+    "regnetx_002": ("RegNet", 32, {}),
+    "densenet121": ("DenseNet", 64, {}),
+    "dpn68": ("dual-path network", 32, {}),
+    "repvgg_a0": ("RepVGG", 32, {}),
+    "gernet_s": ("GENet (ByobNet)", 32, {}),
+    "convnext_atto": ("ConvNeXt", 32, {}),
+    "vit_tiny_patch16_224": ("ViT", 32, {"img_size": 32, "patch_size": 8}),
+    "deit_tiny_patch16_224": ("DeiT", 32, {"img_size": 32, "patch_size": 8}),
+    "cait_xxs24_224": ("CaiT (class attention)", 32, {"img_size": 32, "patch_size": 8, "depth": 2}),
+    "xcit_nano_12_p16_224": ("XCiT (cross-covariance attention)", 32, {"img_size": 32, "patch_size": 8}),
+    "pit_ti_224": ("PiT (pooling transformer)", 64, {"img_size": 64}),
+    "swin_tiny_patch4_window7_224": ("Swin (shifted windows)", 64, {
+        "img_size": 64, "window_size": 4, "depths": (1, 1, 1, 1), "embed_dim": 32, "num_heads": (1, 1, 2, 2)}),
+    "levit_128s": ("LeViT", 64, {"img_size": 64}),
+    "mobilevit_xxs": ("MobileViT", 64, {}),
+    "edgenext_xx_small": ("EdgeNeXt", 64, {}),
+    "poolformer_s12": ("PoolFormer (MetaFormer)", 32, {}),
+    "mixer_s16_224": ("MLP-Mixer", 32, {"img_size": 32}),
+    "hrnet_w18_small": ("HRNet", 32, {}),
+}
+
+
+def make(name):
+    _, _, arguments = MODELS[name]
+    try:
+        return timm.create_model(name, pretrained=False, num_classes=CLASSES, drop_rate=0.0, drop_path_rate=0.0,
+                                 **arguments)
+    except TypeError as e:  # a family without stochastic depth
+        if "drop_path_rate" not in str(e):
+            raise
+        return timm.create_model(name, pretrained=False, num_classes=CLASSES, drop_rate=0.0, **arguments)
+
+
+def case(name):
+    size = MODELS[name][1]
+
+    def batch(gen):
+        x = torch.randn(BATCH, 3, size, size, generator=gen)
+        return (x,), {}, torch.randint(0, CLASSES, (BATCH,), generator=gen)
+
+    return zoo_parity.Case(make=lambda: make(name), batch=batch, loss=lambda logits, y: F.cross_entropy(logits, y),
+                           logits=lambda logits: logits)
+
+
+@pytest.fixture
+def no_fallback(monkeypatch):
+    """The capture this torch uses by default, named so that it cannot fall back; no PyTorch fallback."""
+    monkeypatch.setenv("ONNXTRAIN_CAPTURE", onnxtrain.capture.backend_name())
+    monkeypatch.setenv("ONNXTRAIN_FALLBACK", "0")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_timm_model_trains_at_the_float64_floor(name, no_fallback):
+    problems = zoo_parity.compare_with_float64(case(name)).problems()
+    assert not problems, f"{name}:\n" + "\n".join(problems[:20])
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("ONNXTRAIN_FALLBACK", "0")
+    os.environ.setdefault("ONNXTRAIN_CAPTURE", onnxtrain.capture.backend_name())
+    print(zoo_parity.TABLE_HEADER)
+    for model_name in sys.argv[1:] or sorted(MODELS):
+        print(zoo_parity.table_row(model_name, zoo_parity.compare_with_float64(case(model_name))), flush=True)
