@@ -235,6 +235,4 @@ def test_trainer_trains_the_wrapped_model_like_eager(no_fallback, tmp_path):
 if __name__ == "__main__":
     os.environ.setdefault("ONNXTRAIN_FALLBACK", "0")
     os.environ.setdefault("ONNXTRAIN_CAPTURE", onnxtrain.capture.backend_name())
-    print(zoo_parity.TABLE_HEADER)
-    for model_name in sys.argv[1:] or sorted(MODELS):
-        print(zoo_parity.table_row(model_name, zoo_parity.compare_with_float64(case(model_name))), flush=True)
+    zoo_parity.print_table(sys.argv[1:] or sorted(MODELS), case)

@@ -95,6 +95,4 @@ def test_timm_model_trains_at_the_float64_floor(name, no_fallback):
 if __name__ == "__main__":
     os.environ.setdefault("ONNXTRAIN_FALLBACK", "0")
     os.environ.setdefault("ONNXTRAIN_CAPTURE", onnxtrain.capture.backend_name())
-    print(zoo_parity.TABLE_HEADER)
-    for model_name in sys.argv[1:] or sorted(MODELS):
-        print(zoo_parity.table_row(model_name, zoo_parity.compare_with_float64(case(model_name))), flush=True)
+    zoo_parity.print_table(sys.argv[1:] or sorted(MODELS), case, label=lambda name: f"{name} ({MODELS[name][0]})")

@@ -198,3 +198,16 @@ def table_row(name, comparison):
 
 TABLE_HEADER = ("| model | worst gradient: engine / eager float32 distance to float64 | loss | buffers "
                 "| largest engine / (eager + floor) | checks failed |\n|---|---|---|---|---|---|")
+
+
+def print_table(names, case, label=str):
+    """The parity table of these models (case(name) -> Case, label(name) its first cell); a model
+    that does not train is a row with the first line of its error."""
+    print(TABLE_HEADER)
+    for name in names:
+        try:
+            row = table_row(label(name), compare_with_float64(case(name)))
+        except Exception as e:  # noqa: BLE001 - the table reports every failure as its row
+            reason = str(e).splitlines()[0][:300].replace("|", "/")
+            row = f"| {label(name)} | not trained: {type(e).__name__}: {reason} | | | | |"
+        print(row, flush=True)
