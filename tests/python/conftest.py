@@ -91,3 +91,45 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_configure(config):
     config.addinivalue_line("markers", "zoo: a model of a zoo (HuggingFace, timm) trained at the float64 floor; "
                                        "scripts/test.sh runs these at the default optimizer level only")
+
+
+@pytest.fixture
+def no_fallback(monkeypatch):
+    """The capture this torch uses by default, named so that it cannot fall back; no PyTorch fallback."""
+    import zoo_parity
+
+    zoo_parity.without_fallback(monkeypatch)
+
+
+def run_processes(commands, envs, timeout=300):
+    """Runs the commands side by side (each with its environment); a failure or a hang shows
+    every process's output."""
+    import subprocess
+    import time
+
+    procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for c, e in zip(commands, envs)]
+    deadline = time.monotonic() + timeout
+    logs, hung = [], False
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+        except subprocess.TimeoutExpired:
+            hung = True
+            p.kill()
+            logs.append(p.communicate()[0])
+    for p in procs:
+        p.kill()
+    logs = [log.decode(errors="replace") for log in logs]
+    for r, p in enumerate(procs):
+        assert not hung and p.returncode == 0, (
+            f"process {r} {'did not finish in ' + str(timeout) + ' s' if hung else 'failed'}:\n"
+            + "\n".join(f"--- process {k}:\n{log[-3000:]}" for k, log in enumerate(logs)))
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a process group's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

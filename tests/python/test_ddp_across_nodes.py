@@ -5,15 +5,13 @@ must equal a single-process run on the whole global batch. torch 1.13's torchrun
 3.11 inside its own elastic agent: there the two ranks are started with the environment torchrun
 gives them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: env:// initialization)."""
 import os
-import socket
-import subprocess
 import sys
 import uuid
 
 import pytest
 import torch
 
-from conftest import assert_close
+from conftest import assert_close, free_port, run_processes
 
 GLOBAL_BATCH, STEPS = 12, 3
 
@@ -41,12 +39,6 @@ def single_process_run():
     return dict(net.named_parameters())
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun_works():
     return int(torch.__version__.split(".")[0]) >= 2
 
@@ -57,21 +49,15 @@ def launch(out_dir):
     env = dict(os.environ, OMP_NUM_THREADS="1", ONNXTRAIN_NUM_THREADS="1")
     if torchrun_works():
         rendezvous = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                      "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", uuid.uuid4().hex, "--max-restarts", "0"]
+                      "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", uuid.uuid4().hex, "--rdzv-conf", "join_timeout=120",
+                      "--max-restarts", "0"]
         commands = [[sys.executable, "-m", "torch.distributed.run", *rendezvous, worker, out_dir] for _ in range(2)]
         envs = [env, env]
     else:
         commands = [[sys.executable, worker, out_dir] for _ in range(2)]
         envs = [dict(env, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", GROUP_RANK=str(r),
                      MASTER_ADDR="127.0.0.1", MASTER_PORT=port) for r in range(2)]
-    procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for c, e in zip(commands, envs)]
-    try:
-        logs = [p.communicate(timeout=300)[0].decode(errors="replace") for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for r, p in enumerate(procs):
-        assert p.returncode == 0, f"node {r} failed:\n{logs[r][-4000:]}"
+    run_processes(commands, envs, timeout=240)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ ModelOutput. Each is judged against eager float32 and the float64 floor over STE
 transformers is installed per torch by scripts/torch_venv.sh (4.44 on Debian's 1.13, 4.57 on 2.4,
 5.x on the newest); run as a script, this prints the README's parity table of these models.
 """
-import os
 import sys
 
 import pytest
@@ -146,13 +145,6 @@ def case(name):
                            output_type=getattr(transformers.modeling_outputs, output_type))
 
 
-@pytest.fixture
-def no_fallback(monkeypatch):
-    """The capture this torch uses by default, named so that it cannot fall back; no PyTorch fallback."""
-    monkeypatch.setenv("ONNXTRAIN_CAPTURE", onnxtrain.capture.backend_name())
-    monkeypatch.setenv("ONNXTRAIN_FALLBACK", "0")
-
-
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_hf_model_trains_at_the_float64_floor(name, no_fallback):
     problems = zoo_parity.compare_with_float64(case(name)).problems()
@@ -233,6 +225,5 @@ def test_trainer_trains_the_wrapped_model_like_eager(no_fallback, tmp_path):
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("ONNXTRAIN_FALLBACK", "0")
-    os.environ.setdefault("ONNXTRAIN_CAPTURE", onnxtrain.capture.backend_name())
+    zoo_parity.without_fallback()
     zoo_parity.print_table(sys.argv[1:] or sorted(MODELS), case)

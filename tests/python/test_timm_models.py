@@ -5,7 +5,6 @@ trained through the engine, judged against eager float32 and the float64 floor o
 timm is installed per torch by scripts/torch_venv.sh; run as a script, this prints the README's
 parity table of these models.
 """
-import os
 import sys
 
 import pytest
@@ -13,7 +12,6 @@ import torch
 import torch.nn.functional as F
 
 import conftest  # noqa: F401 - first: it puts the package on sys.path when run as a script
-import onnxtrain  # noqa: E402
 import zoo_parity  # noqa: E402
 
 pytestmark = pytest.mark.zoo
@@ -79,13 +77,6 @@ def case(name):
                            logits=lambda logits: logits)
 
 
-@pytest.fixture
-def no_fallback(monkeypatch):
-    """The capture this torch uses by default, named so that it cannot fall back; no PyTorch fallback."""
-    monkeypatch.setenv("ONNXTRAIN_CAPTURE", onnxtrain.capture.backend_name())
-    monkeypatch.setenv("ONNXTRAIN_FALLBACK", "0")
-
-
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_timm_model_trains_at_the_float64_floor(name, no_fallback):
     problems = zoo_parity.compare_with_float64(case(name)).problems()
@@ -93,6 +84,5 @@ def test_timm_model_trains_at_the_float64_floor(name, no_fallback):
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("ONNXTRAIN_FALLBACK", "0")
-    os.environ.setdefault("ONNXTRAIN_CAPTURE", onnxtrain.capture.backend_name())
+    zoo_parity.without_fallback()
     zoo_parity.print_table(sys.argv[1:] or sorted(MODELS), case, label=lambda name: f"{name} ({MODELS[name][0]})")

@@ -200,6 +200,16 @@ TABLE_HEADER = ("| model | worst gradient: engine / eager float32 distance to fl
                 "| largest engine / (eager + floor) | checks failed |\n|---|---|---|---|---|---|")
 
 
+def without_fallback(environ=None):
+    """The capture this torch uses by default, named so that it cannot fall back; no PyTorch
+    fallback (environ: a monkeypatch, or os.environ when run as a script)."""
+    import os
+
+    setenv = environ.setenv if environ is not None else os.environ.__setitem__
+    setenv("ONNXTRAIN_CAPTURE", onnxtrain.capture.backend_name())
+    setenv("ONNXTRAIN_FALLBACK", "0")
+
+
 def print_table(names, case, label=str):
     """The parity table of these models (case(name) -> Case, label(name) its first cell); a model
     that does not train is a row with the first line of its error."""

@@ -67,7 +67,8 @@ def _scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_
         scores = g.op("Add", scores, attn_mask)
     weights = g.op("Softmax", scores, axis_i=-1)
     if dropout > 0:
-        weights = g.op("Dropout", weights, _constant(g, dropout), _constant(g, True, torch.bool))
+        # With its mask output, which the engine's Dropout gradient reads.
+        weights, _ = g.op("Dropout", weights, _constant(g, dropout), _constant(g, True, torch.bool), outputs=2)
     return g.op("MatMul", weights, value)
 
 
