@@ -21,7 +21,7 @@ print(f"\n**torch {torch.__version__.split(chr(43))[0]}** ({c.backend_name()} ca
     echo >> "$out"
   done
 done
-python3 - "$out" <<'EOF'
+/usr/bin/python3 - "$out" <<'EOF'
 import sys
 begin, end = "<!-- zoo:begin -->", "<!-- zoo:end -->"
 table = open(sys.argv[1]).read().strip()
