@@ -10,14 +10,14 @@ version=${1:-2.15.0}
 ./scripts/build.sh > /dev/null
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-for python in "$(./scripts/torch_venv.sh system)" "$(./scripts/torch_venv.sh "$version")"; do
+for interpreter in "$(./scripts/torch_venv.sh system)" "$(./scripts/torch_venv.sh "$version")"; do
   # shellcheck disable=SC2016
-  "$python" -c 'import torch, transformers, timm, sys
+  "$interpreter" -c 'import torch, transformers, timm, sys
 sys.path.insert(0, "python"); import onnxtrain.capture as c
 print(f"\n**torch {torch.__version__.split(chr(43))[0]}** ({c.backend_name()} capture; transformers "
       f"{transformers.__version__}, timm {timm.__version__}):\n")' >> "$out"
   for suite in test_hf_models test_timm_models; do
-    PYTHONPATH="$PWD/python" "$python" "tests/python/$suite.py" | grep "^|" >> "$out"
+    PYTHONPATH="$PWD/python" "$interpreter" "tests/python/$suite.py" | grep "^|" >> "$out"
     echo >> "$out"
   done
 done
