@@ -113,10 +113,11 @@ def run_processes(commands, envs, timeout=300):
     for p in procs:
         try:
             logs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as e:
             hung = True
             p.kill()
-            logs.append(p.communicate()[0])
+            # A child the process started may still hold its output pipe: read no further.
+            logs.append(e.output or b"")
     for p in procs:
         p.kill()
     logs = [log.decode(errors="replace") for log in logs]
