@@ -141,25 +141,25 @@ class ORTModule(torch.nn.Module):
                 del e
                 graphs, outputs = self._run_fitting_export(args, kwargs, graphs, mismatch)
             except _C.EngineError as e:
-                if not isinstance(e, _C.UnsupportedError) and graphs.exported.sizes_may_be_baked():
+                if isinstance(e, _C.UnsupportedError):
+                    raise
+                if graphs.exported.sizes_may_be_baked():
                     # The trace warned in the module's code (a size it read as a Python number, as
                     # HF's mask code does under TorchScript): a graph for these sizes is exported.
                     reason = f"the graph its trace warned about failed at these sizes ({e})"
                     del e
                     graphs, outputs = self._run_fitting_export(args, kwargs, graphs, reason)
-                    graphs.proven = True
-                    outputs = graphs.apply_buffer_updates(self._original_module, outputs)
-                    return _io.unflatten_outputs(graphs.exported.output_schema, list(outputs))
-                if isinstance(e, _C.UnsupportedError) or not graphs.exported.shrunk or graphs.proven:
+                elif not graphs.exported.shrunk or graphs.proven:
                     raise
-                # The graph traced on a small batch does not hold at full size (a hard-coded shape,
-                # say): export again from the real inputs.
-                logger.info("onnxtrain: the graph traced on %d samples failed at full size (%s); exporting "
-                            "again from the full inputs", TRACE_BATCH, e)
-                del e
-                graphs, params, tensors = self._graphs_for(args, kwargs, full_trace=True)
-                feeds = self._feeds(graphs, params, tensors)
-                outputs = self._run(graphs, feeds, tensors)
+                else:
+                    # The graph traced on a small batch does not hold at full size (a hard-coded shape,
+                    # say): export again from the real inputs.
+                    logger.info("onnxtrain: the graph traced on %d samples failed at full size (%s); exporting "
+                                "again from the full inputs", TRACE_BATCH, e)
+                    del e
+                    graphs, params, tensors = self._graphs_for(args, kwargs, full_trace=True)
+                    feeds = self._feeds(graphs, params, tensors)
+                    outputs = self._run(graphs, feeds, tensors)
             graphs.proven = True
         except _FALLBACK_ERRORS as e:
             reason = str(e)

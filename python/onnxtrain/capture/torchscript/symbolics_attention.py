@@ -38,7 +38,7 @@ def _causal_mask(g, query, key):
 
 
 def _scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                  scale=None, *unsupported):
+                                  scale=None):
     dropout = sh._maybe_get_const(dropout_p, "f")
     causal = sh._maybe_get_const(is_causal, "b")
     if not isinstance(dropout, float) or not isinstance(causal, (bool, int)):
