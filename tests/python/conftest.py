@@ -102,29 +102,52 @@ def no_fallback(monkeypatch):
 
 
 def run_processes(commands, envs, timeout=300):
-    """Runs the commands side by side (each with its environment); a failure or a hang shows
-    every process's output."""
+    """Runs the commands side by side (each with its environment, each in its own session so that
+    the children it starts die with it); a failure or a hang stops them all and shows every
+    process's output."""
+    import os
+    import signal
     import subprocess
+    import threading
     import time
 
-    procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for c, e in zip(commands, envs)]
+    procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+             for c, e in zip(commands, envs)]
+    logs = [[] for _ in procs]
+
+    def read(pipe, log):
+        # A child the process started may keep the pipe open after the process ends: the reader
+        # is a daemon, and the logs are taken as they stand.
+        for line in iter(pipe.readline, b""):
+            log.append(line)
+
+    readers = [threading.Thread(target=read, args=(p.stdout, log), daemon=True) for p, log in zip(procs, logs)]
+    for reader in readers:
+        reader.start()
     deadline = time.monotonic() + timeout
-    logs, hung = [], False
+
+    def running():
+        codes = [p.poll() for p in procs]
+        # One process failing leaves its peers waiting for it: stop them too.
+        return None in codes and not any(code not in (None, 0) for code in codes)
+
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    hung = running()
     for p in procs:
         try:
-            logs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
-        except subprocess.TimeoutExpired as e:
-            hung = True
-            p.kill()
-            # A child the process started may still hold its output pipe: read no further.
-            logs.append(e.output or b"")
-    for p in procs:
-        p.kill()
-    logs = [log.decode(errors="replace") for log in logs]
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+    for reader in readers:
+        reader.join(timeout=1.0)
+    texts = [b"".join(log).decode(errors="replace") for log in logs]
     for r, p in enumerate(procs):
-        assert not hung and p.returncode == 0, (
-            f"process {r} {'did not finish in ' + str(timeout) + ' s' if hung else 'failed'}:\n"
-            + "\n".join(f"--- process {k}:\n{log[-3000:]}" for k, log in enumerate(logs)))
+        if hung or p.returncode != 0:
+            why = f"did not finish in {timeout} s" if hung else "failed"
+            raise AssertionError(f"process {r} {why}:\n"
+                                 + "\n".join(f"--- process {k}:\n{t[-3000:]}" for k, t in enumerate(texts)))
 
 
 def free_port():
