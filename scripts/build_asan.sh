@@ -5,12 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+source scripts/compiler_cache.sh
 if ! command -v clang++ >/dev/null; then
   echo "build_asan: clang++ not found (scripts/setup.sh installs clang)" >&2
   exit 1
 fi
 if [ ! -f build-asan/build.ninja ]; then
-  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DONNXTRAIN_SANITIZE=ON
+  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DONNXTRAIN_SANITIZE=ON "${cache_args[@]}"
 fi
 targets=()
 for t in "$@"; do targets+=(--target "$t"); done

@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   libopenblas-dev libdnnl-dev
   pybind11-dev libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
