@@ -1,10 +1,14 @@
-"""onnxtrain against PyTorch eager at equal threads, in fresh-process A/B pairs.
+"""onnxtrain against what a CPU user would pick instead, at equal threads, in fresh processes.
 
-For each model and thread count (1 and 2), `--pairs` pairs of processes run: one eager, one
-onnxtrain, alternating which goes first, each with torch, OpenBLAS, oneDNN and the engine's pool
-all at the same thread count. A process times `--warmup` then `--steps` training steps (zero_grad,
-loss = model(batch), backward, SGD with momentum) and reports its median step. The ratio is taken
-pair by pair; the table gives the median ratio over pairs with its min-max spread.
+The contenders (bench/contenders.py) are eager PyTorch on Debian's 1.13 and on the newest PyPI
+torch, torch.compile on the newest torch (default mode and max-autotune-no-cudagraphs), ONNX
+Runtime's own ORTModule, and onnxtrain on 1.13 and on the newest torch; each runs in its own venv.
+For each model and thread count (1 and 2), `--rounds` rounds run every contender once, each in a
+fresh process, the order rotating from round to round, with torch, OpenBLAS, oneDNN and the
+engine's pool all at the same thread count. A process times `--warmup` then `--steps` training
+steps (zero_grad, loss = model(batch), backward, SGD with momentum) and reports its median step.
+onnxtrain's ratio to the fastest peer is taken round by round; tables give medians over rounds
+with their min-max spread. The first step includes export or compilation.
 
 The physical limit of a step is its GEMM and convolution FLOPs (counted once per model by
 models.train_flops) at the sgemm peak measured in the same run (fresh processes, best of five
@@ -13,7 +17,8 @@ contender's median step.
 
   bench/run                               # the whole zoo; also rewrites README.md's table
   bench/run --models mlp_small,cnn        # a subset (README untouched)
-  bench/run --check                       # exit 1 when a target in TARGETS is missed
+  bench/run --contenders eager-1.13,onnxtrain-1.13
+  bench/run --check                       # exit 1 when a target is missed
 """
 import argparse
 import datetime
@@ -32,14 +37,13 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python")))
 sys.path.insert(0, HERE)
 
-# Median onnxtrain / eager step-time ratio at 1 thread (issue 10's targets); at 2 threads every
-# model at or below eager's best thread setting; first step within eager's + 1.5 s; peak RSS not
-# above eager's; losses as close to a float64 eager run as eager's own float32 losses are, within
-# LOSS_NOISE_FACTOR, or within LOSS_RTOL (training amplifies float32 rounding step by step, most of
-# all through BatchNorm at small batches, so eager float32 itself drifts from float64).
-TARGETS = {"mlp_small": 0.65, "demo_mlp": 0.8, "mlp_large": 0.72, "cnn": 0.45, "transformer": 0.55, "lm_head": 0.55,
-           "resnet18": 0.8, "mobilenet_v3_small": 0.8, "convnext_tiny": 0.9, "vit": 0.75, "lstm_lm": 1.0}
-TARGET_2T, FIRST_STEP_SLACK_S, LOSS_RTOL, MLP_LARGE_GEMM_EFFICIENCY = 1.0, 1.5, 1e-4, 0.9
+# Issue 23's targets, for each onnxtrain contender against the fastest peer, at 1 thread and at 2:
+# step time at most STEP_TARGET of the fastest peer's, first step at most FIRST_STEP_TARGET of the
+# fastest peer's first step, peak RSS no more than the lowest peer's. Losses: as close to a
+# float64 eager run as eager's own float32 losses are, within LOSS_NOISE_FACTOR, or within
+# LOSS_RTOL (training amplifies float32 rounding step by step, most of all through BatchNorm at
+# small batches, so eager float32 itself drifts from float64).
+STEP_TARGET, FIRST_STEP_TARGET, LOSS_RTOL, MLP_LARGE_GEMM_EFFICIENCY = 0.9, 1.5, 1e-4, 0.9
 LOSS_NOISE_FACTOR, LOSS_FLOOR = 5.0, 1e-3  # relative differences are taken against max(|loss|, LOSS_FLOOR)
 README_BEGIN, README_END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -54,7 +58,7 @@ def _threads_env(threads):
 # ---------------------------------------------------------------- one process
 
 def _setup(threads, with_engine):
-    """The eager process never imports onnxtrain, so that its peak RSS is eager's alone."""
+    """Only onnxtrain's processes import onnxtrain, so that a peer's peak RSS is its own."""
     import torch
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)  # what a careful eager user does on this machine; the engine flushes too
@@ -67,22 +71,20 @@ class Contender:
     def __init__(self, name, model_name, dropout):
         import torch
 
+        import contenders
         import models
         torch.manual_seed(0)
         net = models.build(model_name, dropout)
-        if name == "eager64":  # the reference that float32 noise (BatchNorm at small batches) is measured against
-            net = net.double()
         self.name = name
-        self.model = net
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-        if name == "onnxtrain":
-            import onnxtrain
-            self.model = onnxtrain.ORTModule(net)
-            self.opt = onnxtrain.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         gen = torch.Generator().manual_seed(1)
         self.batches = [models.ZOO[model_name]["batch_fn"](gen) for _ in range(4)]
-        if name == "eager64":
+        if name == "eager64":  # the reference that float32 noise (BatchNorm at small batches) is measured against
+            net = net.double()
             self.batches = [tuple(t.double() if t.is_floating_point() else t for t in b) for b in self.batches]
+            self.model, self.opt = net, torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        else:
+            self.model, self.opt = contenders.wrap(name, net)
+        self.net = net
         self.step_index = 0
         self.losses = []
 
@@ -100,9 +102,10 @@ class Contender:
 
 
 def run_single(args):
-    """One contender at `--threads`: step times, the first step (for onnxtrain: export, graph
-    building and the first run), peak RSS and losses; the eager process also counts FLOPs."""
-    _setup(args.threads, with_engine=args.contender == "onnxtrain")
+    """One contender at `--threads`: step times, the first step (export or compilation, and the
+    first run), peak RSS and losses; the reference eager process also counts FLOPs."""
+    import contenders
+    _setup(args.threads, with_engine=args.contender != "eager64" and contenders.is_ours(args.contender))
     c = Contender(args.contender, args.model, args.dropout)
     first = c.step()
     for _ in range(args.warmup - 1):
@@ -110,13 +113,13 @@ def run_single(args):
     times = [c.step() for _ in range(args.steps)]
     result = dict(times=times, first=first, rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   losses=c.losses)
-    if args.contender == "eager" and args.count_flops:
+    if args.count_flops:
         import models
-        result["flops"] = models.train_flops(c.model, c.batches[0])
-    if args.contender == "onnxtrain":
-        assert c.model.fallback_reason is None, c.model.fallback_reason
-        if args.gemm_efficiency:
-            result.update(gemm_efficiency(c))
+        result["flops"] = models.train_flops(c.net, c.batches[0])
+    if args.contender != "eager64":
+        result.update(contenders.evidence(args.contender, c.model))
+    if args.gemm_efficiency:
+        result.update(gemm_efficiency(c))
     print("RESULT " + json.dumps(result))
 
 
@@ -145,7 +148,7 @@ def gemm_efficiency(contender):
 
     import models
     import onnxtrain
-    flops = models.train_flops(contender.model.module, contender.batches[0])
+    flops = models.train_flops(contender.net, contender.batches[0])
     path = os.path.join(tempfile.mkdtemp(), "trace.json")
     with onnxtrain.profiler.profile(path):
         for _ in range(5):
@@ -162,13 +165,27 @@ def gemm_efficiency(contender):
 
 # ---------------------------------------------------------------- orchestration
 
-def _spawn(mode, threads, extra):
-    cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode, "--threads", str(threads)] + extra
-    done = subprocess.run(cmd, env=_threads_env(threads), capture_output=True, text=True)
+def _spawn(python, mode, threads, extra, contender=None):
+    import contenders
+    cmd = [python, os.path.abspath(__file__), "--mode", mode, "--threads", str(threads)] + extra
+    env = dict(_threads_env(threads), **(contenders.environment_variables(contender) if contender else {}))
+    env.setdefault("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
-    raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
+    raise ContenderFailed(_why(done.stderr or done.stdout))
+
+
+class ContenderFailed(RuntimeError):
+    pass
+
+
+def _why(text):
+    """The last error line of a failed process: what the table says."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Failed)\b", line)]
+    return (errors or lines or ["no output"])[-1][:300]
 
 
 def _spread(values):
@@ -176,84 +193,124 @@ def _spread(values):
 
 
 def measure_model(name, args, peaks):
+    """Every contender on one model: `args.rounds` rounds per thread count, the order rotating."""
+    import contenders
     import models
     entry = models.ZOO[name]
     steps = args.steps or entry.get("steps", 20)
     warmup = args.warmup or entry.get("warmup", 5)
     common = ["--model", name, "--steps", str(steps), "--warmup", str(warmup)]
-    row = dict(model=name, title=entry["title"], batch=entry["batch"], steps=steps, warmup=warmup, pairs=args.pairs)
-    runs = {}
+    row = dict(model=name, title=entry["title"], batch=entry["batch"], steps=steps, warmup=warmup, rounds=args.rounds,
+               failed={}, runs={})
+    live = []
+    for c in args.contenders:
+        try:
+            contenders.interpreter(c)
+            live.append(c)
+        except RuntimeError as e:
+            row["failed"][c] = str(e)
+    flops = None
+    try:
+        flops = _spawn(contenders.interpreter(contenders.REFERENCE), "single", 1,
+                       common + ["--contender", contenders.REFERENCE, "--steps", "1", "--warmup", "1", "--count-flops"],
+                       contenders.REFERENCE)["flops"]
+    except (ContenderFailed, RuntimeError) as e:
+        print(f"[bench] {name}: FLOPs not counted: {e}", flush=True)
     for threads in args.thread_counts:
-        eager, ours = [], []
-        for pair in range(args.pairs):
-            order = ("eager", "onnxtrain") if pair % 2 == 0 else ("onnxtrain", "eager")
-            for contender in order:
-                extra = common + ["--contender", contender]
-                if contender == "eager" and threads == 1 and pair == 0:
-                    extra.append("--count-flops")
-                if contender == "onnxtrain" and threads == 1 and pair == 0 and name == "mlp_large" and not args.quick:
+        runs = {c: [] for c in live}
+        for round_index in range(args.rounds):
+            shift = round_index % max(1, len(live))
+            for c in live[shift:] + live[:shift]:
+                if c in row["failed"]:
+                    continue
+                extra = common + ["--contender", c]
+                if contenders.is_ours(c) and threads == 1 and round_index == 0 and name == "mlp_large" and not args.quick:
                     extra.append("--gemm-efficiency")
-                r = _spawn("single", threads, extra)
-                (eager if contender == "eager" else ours).append(r)
-            print(f"[bench] {name} {threads}t pair {pair + 1}/{args.pairs}: eager "
-                  f"{1e3 * statistics.median(eager[-1]['times']):.2f} ms, onnxtrain "
-                  f"{1e3 * statistics.median(ours[-1]['times']):.2f} ms", flush=True)
-        runs[threads] = (eager, ours)
-    med = lambda r: statistics.median(r["times"])  # noqa: E731
-    flops = runs[1][0][0]["flops"]
-    for threads in args.thread_counts:
-        eager, ours = runs[threads]
-        row[f"eager_{threads}t"] = _spread([med(r) for r in eager])
-        row[f"ours_{threads}t"] = _spread([med(r) for r in ours])
-        row[f"ratio_{threads}t"] = _spread([med(o) / med(e) for o, e in zip(ours, eager)])
-        limit = flops / (peaks[threads] * 1e9)
-        row[f"limit_{threads}t"] = limit
-        row[f"eager_pct_limit_{threads}t"] = limit / row[f"eager_{threads}t"]["median"]
-        row[f"ours_pct_limit_{threads}t"] = limit / row[f"ours_{threads}t"]["median"]
-    # 2 threads against eager's best thread setting, pair by pair.
-    if 2 in runs:
-        row["ratio_2t_vs_eager_best"] = _spread([
-            med(o2) / min(med(e1), med(e2)) for o2, e1, e2 in zip(runs[2][1], runs[1][0], runs[2][0])])
-    row["flops"] = flops
-    row["floor_over_eager_1t"] = row["limit_1t"] / row["eager_1t"]["median"]
-    row["eager_first"] = statistics.median(r["first"] for r in runs[1][0])
-    row["ours_first"] = statistics.median(r["first"] for r in runs[1][1])
-    row["eager_rss"] = statistics.median(r["rss_mb"] for r in runs[1][0])
-    row["ours_rss"] = statistics.median(r["rss_mb"] for r in runs[1][1])
-    if "gemm_gflops" in runs[1][1][0]:
-        row["gemm_gflops"] = runs[1][1][0]["gemm_gflops"]
-        row["gemm_efficiency"] = row["gemm_gflops"] / peaks[1]
-    row["loss_diff_eager"], row["loss_diff_ours"], row["agreement_steps"] = 0.0, 0.0, 0
+                try:
+                    runs[c].append(_spawn(contenders.interpreter(c), "single", threads, extra, c))
+                except ContenderFailed as e:
+                    row["failed"][c] = str(e)
+                    print(f"[bench] {name} {c}: FAILED: {e}", flush=True)
+            print(f"[bench] {name} {threads}t round {round_index + 1}/{args.rounds}: " + ", ".join(
+                f"{c} {1e3 * statistics.median(r[-1]['times']):.2f} ms" for c, r in runs.items() if r), flush=True)
+        row["runs"][threads] = {c: r for c, r in runs.items() if c not in row["failed"]}
+    _summarize(row, flops, peaks, args)
     if args.agreement_steps > 0:
-        agree = ["--model", name, "--steps", str(args.agreement_steps), "--warmup", "1", "--dropout", "0"]
-        l64 = _spawn("single", 1, agree + ["--contender", "eager64"])["losses"]
-        le = _spawn("single", 1, agree + ["--contender", "eager"])["losses"]
-        lo = _spawn("single", 1, agree + ["--contender", "onnxtrain"])["losses"]
-        diff = lambda ls: max(abs(a - r) / max(abs(r), LOSS_FLOOR) for a, r in zip(ls, l64))  # noqa: E731
-        row["loss_diff_eager"], row["loss_diff_ours"] = diff(le), diff(lo)
-        row["agreement_steps"] = len(le)
-    print(f"[bench] {name}: ratio 1t {row['ratio_1t']['median']:.2f} [{row['ratio_1t']['min']:.2f}-"
-          f"{row['ratio_1t']['max']:.2f}]" + (f", 2t vs eager best {row['ratio_2t_vs_eager_best']['median']:.2f}"
-                                              if "ratio_2t_vs_eager_best" in row else ""), flush=True)
+        agree = common[:2] + ["--steps", str(args.agreement_steps), "--warmup", "1", "--dropout", "0"]
+        row["loss_diff"] = {}
+        try:
+            ref = _spawn(contenders.interpreter(contenders.REFERENCE), "single", 1, agree + ["--contender", "eager64"])
+            row["agreement_steps"] = len(ref["losses"])
+        except ContenderFailed as e:
+            ref = None
+            print(f"[bench] {name}: the float64 reference failed: {e}", flush=True)
+        for c in [c for c in live if c not in row["failed"] and ref]:
+            try:
+                losses = _spawn(contenders.interpreter(c), "single", 1, agree + ["--contender", c], c)["losses"]
+                row["loss_diff"][c] = max(abs(a - r) / max(abs(r), LOSS_FLOOR) for a, r in zip(losses, ref["losses"]))
+            except ContenderFailed as e:
+                print(f"[bench] {name} {c}: loss agreement run failed: {e}", flush=True)
+    del row["runs"]
     return row
 
 
+def _summarize(row, flops, peaks, args):
+    """Medians over rounds, onnxtrain's ratios to the fastest peer round by round, % of limit."""
+    import contenders
+    med = lambda r: statistics.median(r["times"])  # noqa: E731
+    row["flops"] = flops
+    row["step"], row["first"], row["rss"], row["ratio"], row["pct_limit"], row["evidence"] = {}, {}, {}, {}, {}, {}
+    for threads, runs in row["runs"].items():
+        for c, rs in runs.items():
+            row["step"][f"{c}@{threads}"] = _spread([med(r) for r in rs])
+            if flops:
+                row["pct_limit"][f"{c}@{threads}"] = flops / (peaks[threads] * 1e9) / row["step"][f"{c}@{threads}"]["median"]
+            if threads == 1:
+                row["first"][c] = statistics.median(r["first"] for r in rs)
+                row["rss"][c] = statistics.median(r["rss_mb"] for r in rs)
+                row["evidence"][c] = {k: v for k, v in rs[0].items() if k in ("graphs", "graph_breaks")}
+                if "gemm_gflops" in rs[0]:
+                    row["gemm_gflops"] = rs[0]["gemm_gflops"]
+                    row["gemm_efficiency"] = rs[0]["gemm_gflops"] / peaks[1]
+        their = contenders.peers(list(runs))
+        rounds = min([len(runs[c]) for c in runs] or [0])
+        for c in [c for c in runs if contenders.is_ours(c)]:
+            if their and rounds:
+                row["ratio"][f"{c}@{threads}"] = _spread([
+                    med(runs[c][i]) / min(med(runs[p][i]) for p in their) for i in range(rounds)])
+        if their:
+            row.setdefault("fastest_peer", {})[threads] = min(their, key=lambda p: row["step"][f"{p}@{threads}"]["median"])
+
+
 def misses(rows):
+    import contenders
     out = []
     for r in rows:
         name = r["model"]
-        if name in TARGETS and r["ratio_1t"]["median"] > TARGETS[name]:
-            out.append(f"{name}: 1-thread ratio {r['ratio_1t']['median']:.2f} > target {TARGETS[name]}")
-        if r["ratio_2t_vs_eager_best"]["median"] > TARGET_2T:
-            out.append(f"{name}: 2 threads {r['ratio_2t_vs_eager_best']['median']:.2f} of eager's best > {TARGET_2T}")
-        if r["ours_first"] > r["eager_first"] + FIRST_STEP_SLACK_S:
-            out.append(f"{name}: first step {r['ours_first']:.2f} s > eager's {r['eager_first']:.2f} s + "
-                       f"{FIRST_STEP_SLACK_S} s")
-        if r["ours_rss"] > r["eager_rss"]:
-            out.append(f"{name}: peak RSS {r['ours_rss']:.0f} MB > eager's {r['eager_rss']:.0f} MB")
-        if r["loss_diff_ours"] > max(LOSS_RTOL, LOSS_NOISE_FACTOR * r["loss_diff_eager"]):
-            out.append(f"{name}: losses {r['loss_diff_ours']:.1e} from float64 over {r['agreement_steps']} steps, "
-                       f"eager float32's {r['loss_diff_eager']:.1e}")
+        for key, ratio in r.get("ratio", {}).items():
+            c, threads = key.split("@")
+            if ratio["median"] > STEP_TARGET:
+                out.append(f"{name} {c} {threads}t: step {ratio['median']:.2f} x {r['fastest_peer'][int(threads)]}'s "
+                           f"> {STEP_TARGET}")
+        their = [c for c in contenders.peers(list(r["first"]))]
+        for c in [c for c in r["first"] if contenders.is_ours(c)]:
+            if their:
+                fastest = min(their, key=lambda p: r["first"][p])
+                if r["first"][c] > FIRST_STEP_TARGET * r["first"][fastest]:
+                    out.append(f"{name} {c}: first step {r['first'][c]:.2f} s > {FIRST_STEP_TARGET} x {fastest}'s "
+                               f"{r['first'][fastest]:.2f} s")
+                leanest = min(their, key=lambda p: r["rss"][p])
+                if r["rss"][c] > r["rss"][leanest]:
+                    out.append(f"{name} {c}: peak RSS {r['rss'][c]:.0f} MB > {leanest}'s {r['rss'][leanest]:.0f} MB")
+        diffs = r.get("loss_diff", {})
+        eager_noise = min([d for c, d in diffs.items() if not contenders.is_ours(c)] or [0.0])
+        for c in [c for c in diffs if contenders.is_ours(c)]:
+            if diffs[c] > max(LOSS_RTOL, LOSS_NOISE_FACTOR * eager_noise):
+                out.append(f"{name} {c}: losses {diffs[c]:.1e} from float64 over {r['agreement_steps']} steps, "
+                           f"the closest peer's {eager_noise:.1e}")
+        for c in r["failed"]:
+            if contenders.is_ours(c):
+                out.append(f"{name} {c}: failed")
         if "gemm_efficiency" in r and r["gemm_efficiency"] < MLP_LARGE_GEMM_EFFICIENCY:
             out.append(f"{name}: GEMMs at {100 * r['gemm_efficiency']:.0f}% of the sgemm peak "
                        f"< {100 * MLP_LARGE_GEMM_EFFICIENCY:.0f}%")
@@ -261,24 +318,30 @@ def misses(rows):
 
 
 def orchestrate(args):
+    import contenders
     import models
     names = args.models.split(",") if args.models else list(models.ZOO)
     unknown = [n for n in names if n not in models.ZOO]
     if unknown:
         sys.exit(f"unknown models {unknown}; the zoo has {list(models.ZOO)}")
+    args.contenders = args.contenders.split(",") if args.contenders else list(contenders.CONTENDERS)
+    unknown = [c for c in args.contenders if c not in contenders.CONTENDERS]
+    if unknown:
+        sys.exit(f"unknown contenders {unknown}; there are {list(contenders.CONTENDERS)}")
     args.thread_counts = [int(t) for t in args.threads_list.split(",")]
     if args.threads_list != "1,2" and args.check:
         sys.exit("--check needs both thread counts")
     peaks = {}
     for threads in args.thread_counts:
-        p = _spawn("peak", threads, [])
+        p = _spawn(contenders.interpreter(contenders.REFERENCE), "peak", threads, [])
         peaks[threads] = max(p["torch"], p["engine"])
         print(f"[bench] sgemm peak at {threads} thread(s): {peaks[threads]:.0f} GFLOP/s "
-              f"(PyTorch {p['torch']:.0f}, engine {p['engine']:.0f})", flush=True)
+              f"(PyTorch 1.13 {p['torch']:.0f}, engine {p['engine']:.0f})", flush=True)
     rows = [measure_model(name, args, peaks) for name in names]
     if args.thread_counts != [1, 2]:  # a quick look: no table, no README
         return
-    meta = dict(date=datetime.date.today().isoformat(), machine=_machine(), peaks=peaks, pairs=args.pairs)
+    meta = dict(date=datetime.date.today().isoformat(), machine=_machine(), peaks=peaks, rounds=args.rounds,
+                contenders=args.contenders)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
@@ -287,7 +350,8 @@ def orchestrate(args):
         f.write(table)
     chart(rows, os.path.join(args.out, "bench.png"))
     print(table)
-    full = not args.models and not args.quick and args.steps == 0 and args.pairs >= 3 and args.agreement_steps > 0
+    full = (not args.models and not args.contenders_given and not args.quick and args.steps == 0
+            and args.rounds >= 3 and args.agreement_steps > 0)
     if full and args.out == os.path.join(HERE, "results"):
         update_readme(table)
         print("[bench] README.md table updated")
@@ -312,30 +376,61 @@ def _machine():
 
 
 def markdown(rows, meta):
-    ms = lambda s: f"{1e3 * s:.1f}" if s >= 0.01 else f"{1e3 * s:.2f}"  # noqa: E731
-    sp = lambda d: f"**{d['median']:.2f}** ({d['min']:.2f}-{d['max']:.2f})"  # noqa: E731
+    import contenders
+    names = meta["contenders"]
+    ours = [c for c in names if contenders.is_ours(c)]
+    ms = lambda v: f"{1e3 * v:.1f}" if v >= 0.01 else f"{1e3 * v:.2f}"  # noqa: E731
+    sp = lambda d: f"{d['median']:.2f} ({d['min']:.2f}-{d['max']:.2f})"  # noqa: E731
     lines = [
         f"Measured {meta['date']} on {meta['machine']}; sgemm peak {meta['peaks'][1]:.0f} GFLOP/s at 1 thread, "
-        f"{meta['peaks'][2]:.0f} at 2. {meta['pairs']} fresh-process pairs per model and thread count; ratios are "
-        "onnxtrain / eager, median over pairs (min-max); step times are medians over pairs of each process's "
-        "median step. \"% of limit\": the step's GEMM and convolution FLOPs at the sgemm peak, over the step time.",
-        "",
-        "| model | batch | eager 1t ms | onnxtrain 1t ms | **ratio 1t** (spread) | target | % of limit eager / ours "
-        "| floor / eager | 2t vs eager's best (spread) | first step s eager / ours | peak RSS MB eager / ours "
-        "| loss vs float64 eager / ours |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        f"{meta['peaks'][2]:.0f} at 2. {meta['rounds']} rounds per model and thread count, each contender a fresh "
+        "process per round, the order rotating; step times are medians over rounds of each process's median step; "
+        "ratios are onnxtrain over the fastest peer of the same round, median over rounds (min-max). "
+        "\"% of limit\": the step's GEMM and convolution FLOPs at the sgemm peak, over the step time. "
+        "A cell \"failed [n]\" is a contender that could not run the model: note n below says why."]
+    failures = {}
+
+    def cell(r, c, text):
+        if c in r["failed"]:
+            number = failures.setdefault((r["title"], c), len(failures) + 1)
+            return f"failed [{number}]"
+        return text
+
+    for threads in (1, 2):
+        lines += ["", f"**Step time at {threads} thread{'s' if threads > 1 else ''}, ms** (% of limit)", "",
+                  "| model | batch | " + " | ".join(names) + " | " + " | ".join(f"**{c} / fastest**" for c in ours) + " |",
+                  "|---" * (2 + len(names) + len(ours)) + "|"]
+        for r in rows:
+            cells = []
+            for c in names:
+                key = f"{c}@{threads}"
+                text = (f"{ms(r['step'][key]['median'])} ({100 * r['pct_limit'][key]:.0f}%)" if key in r["pct_limit"]
+                        else ms(r['step'][key]['median']) if key in r["step"] else "-")
+                cells.append(cell(r, c, text))
+            ratios = [f"**{sp(r['ratio'][f'{c}@{threads}'])}**" if f"{c}@{threads}" in r["ratio"] else "-" for c in ours]
+            lines.append(f"| {r['title']} | {r['batch']} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    lines += ["", "**First step s / peak RSS MB / largest loss difference from float64 eager**, 1 thread", "",
+              "| model | " + " | ".join(names) + " |", "|---" * (1 + len(names)) + "|"]
     for r in rows:
-        lines.append(
-            f"| {r['title']} | {r['batch']} | {ms(r['eager_1t']['median'])} | {ms(r['ours_1t']['median'])} | "
-            f"{sp(r['ratio_1t'])} | {TARGETS.get(r['model'], '-')} | "
-            f"{100 * r['eager_pct_limit_1t']:.0f}% / {100 * r['ours_pct_limit_1t']:.0f}% | "
-            f"{r['floor_over_eager_1t']:.2f} | {sp(r['ratio_2t_vs_eager_best'])} | "
-            f"{r['eager_first']:.2f} / {r['ours_first']:.2f} | {r['eager_rss']:.0f} / {r['ours_rss']:.0f} | "
-            f"{r['loss_diff_eager']:.0e} / {r['loss_diff_ours']:.0e} |")
+        cells = []
+        for c in names:
+            text = "-"
+            if c in r["first"]:
+                diff = r.get("loss_diff", {}).get(c)
+                text = f"{r['first'][c]:.2f} / {r['rss'][c]:.0f} / " + (f"{diff:.0e}" if diff is not None else "-")
+                breaks = r["evidence"].get(c, {}).get("graph_breaks")
+                if breaks:
+                    text += f" ({breaks} graph breaks)"
+            cells.append(cell(r, c, text) if c in r["failed"] else text)
+        lines.append(f"| {r['title']} | " + " | ".join(cells) + " |")
     for r in rows:
         if "gemm_efficiency" in r:
             lines += ["", f"{r['title']}: the engine's GEMMs at {r['gemm_gflops']:.0f} GFLOP/s, "
                           f"{100 * r['gemm_efficiency']:.0f}% of the sgemm peak (best of five profiled steps per GEMM)."]
+    if failures:
+        lines += ["", "Failed contenders:", ""] + [
+            f"{number}. {title}, {c}: {next(r['failed'][c] for r in rows if r['title'] == title)}"
+            for (title, c), number in failures.items()]
     missed = misses(rows)
     lines += ["", "Targets missed: " + ("; ".join(missed) if missed else "none") + "."]
     return "\n".join(lines) + "\n"
@@ -352,25 +447,26 @@ def update_readme(table):
 
 
 def chart(rows, path):
+    """Each onnxtrain contender's step time over the fastest peer's, per model and thread count."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    names = [r["model"] for r in rows]
+    keys = sorted({k for r in rows for k in r["ratio"]})
     fig, ax = plt.subplots(figsize=(1.2 * len(rows) + 3, 4))
-    xs = list(range(len(rows)))
-    for offset, key, label in ((-0.2, "ratio_1t", "1 thread: onnxtrain / eager"),
-                               (0.2, "ratio_2t_vs_eager_best", "2 threads: onnxtrain / eager's best")):
-        med = [r[key]["median"] for r in rows]
-        err = [[m - r[key]["min"] for m, r in zip(med, rows)], [r[key]["max"] - m for m, r in zip(med, rows)]]
-        ax.bar([x + offset for x in xs], med, 0.4, yerr=err, capsize=3, label=label)
-    ax.scatter(xs, [r["floor_over_eager_1t"] for r in rows], marker="_", s=300, color="black",
-               label="physical floor / eager 1t")
+    width = 0.8 / max(1, len(keys))
+    for i, key in enumerate(keys):
+        xs = [x for x, r in enumerate(rows) if key in r["ratio"]]
+        med = [rows[x]["ratio"][key]["median"] for x in xs]
+        err = [[m - rows[x]["ratio"][key]["min"] for m, x in zip(med, xs)],
+               [rows[x]["ratio"][key]["max"] - m for m, x in zip(med, xs)]]
+        ax.bar([x - 0.4 + (i + 0.5) * width for x in xs], med, width, yerr=err, capsize=2, label=key.replace("@", ", threads "))
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(xs)
-    ax.set_xticklabels(names, rotation=30, ha="right")
-    ax.set_ylabel("median step time ratio (lower is faster)")
-    ax.set_title("onnxtrain vs PyTorch eager at equal threads")
-    ax.legend(fontsize=8)
+    ax.axhline(STEP_TARGET, color="gray", linewidth=0.8, linestyle="--")
+    ax.set_xticks(list(range(len(rows))))
+    ax.set_xticklabels([r["model"] for r in rows], rotation=30, ha="right")
+    ax.set_ylabel("step time / fastest peer's (lower is faster)")
+    ax.set_title("onnxtrain against the fastest of eager, torch.compile and ORT's ORTModule")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -378,7 +474,8 @@ def chart(rows, path):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="", help="comma-separated subset of the zoo (default: all)")
-    p.add_argument("--pairs", type=int, default=3, help="fresh-process A/B pairs per model and thread count")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every contender per model and thread count")
+    p.add_argument("--contenders", default="", help="comma-separated subset of bench/contenders.py's (default: all)")
     p.add_argument("--steps", type=int, default=0, help="timed steps per process (default: the zoo entry's)")
     p.add_argument("--warmup", type=int, default=0, help="warm-up steps per process (default: the zoo entry's)")
     p.add_argument("--agreement-steps", type=int, default=10)
@@ -393,12 +490,13 @@ def main():
     # internal: one measurement process
     p.add_argument("--mode", choices=["orchestrate", "single", "peak"], default="orchestrate")
     p.add_argument("--model")
-    p.add_argument("--contender", choices=["eager", "eager64", "onnxtrain"])
+    p.add_argument("--contender")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--dropout", type=float, default=None)
     p.add_argument("--count-flops", action="store_true")
     p.add_argument("--gemm-efficiency", action="store_true")
     args = p.parse_args()
+    args.contenders_given = bool(args.contenders)
     if args.memory_optimization:  # the measurement processes inherit it
         os.environ["ONNXTRAIN_MEMORY_OPTIMIZATION"] = args.memory_optimization
     {"orchestrate": orchestrate, "single": run_single, "peak": run_peak}[args.mode](args)

@@ -1,0 +1,107 @@
+"""What a CPU user would train with instead of onnxtrain, and onnxtrain itself: each contender is a
+way to wrap the model (and its optimizer) and the Python environment it runs in.
+
+The environments are the project's venvs (scripts/torch_venv.sh, scripts/ort_venv.sh), made once
+outside the clone. The orchestrator resolves each contender's interpreter; a contender whose
+environment cannot be made, or that fails on a model, becomes a row that says why.
+"""
+import os
+import subprocess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+NEWEST_TORCH = "2.15.0"
+ORT_VERSION = "1.19.2"
+
+# name -> (environment, kind). "system" is Debian's torch 1.13 (its venv adds the model zoos).
+CONTENDERS = {
+    "eager-1.13": ("system", "eager"),
+    "eager-2.15": (NEWEST_TORCH, "eager"),
+    "compile-2.15": (NEWEST_TORCH, "compile"),
+    "compile-max-autotune-2.15": (NEWEST_TORCH, "compile_max_autotune"),
+    f"ort-{ORT_VERSION}": ("ort", "ort"),
+    "onnxtrain-1.13": ("system", "onnxtrain"),
+    "onnxtrain-2.15": (NEWEST_TORCH, "onnxtrain"),
+}
+# The float64 reference of the loss check runs in the first environment.
+REFERENCE = "eager-1.13"
+
+
+def is_ours(name):
+    return CONTENDERS[name][1] == "onnxtrain"
+
+
+def peers(names):
+    return [n for n in names if not is_ours(n)]
+
+
+_interpreters = {}
+
+
+def interpreter(name):
+    """The contender's python, making its venv on first use; raises with the script's output."""
+    environment = CONTENDERS[name][0]
+    if environment not in _interpreters:
+        if environment == "ort":
+            cmd = [os.path.join(ROOT, "scripts", "ort_venv.sh")]
+        else:
+            cmd = [os.path.join(ROOT, "scripts", "torch_venv.sh"), environment]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            done = subprocess.CompletedProcess(cmd, 1, "", str(e))
+        if done.returncode != 0:
+            _interpreters[environment] = RuntimeError(
+                f"{' '.join(os.path.basename(c) for c in cmd)} failed: {done.stderr.strip()[-500:]}")
+        else:
+            _interpreters[environment] = done.stdout.strip().splitlines()[-1]
+    found = _interpreters[environment]
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+def wrap(name, net, lr=0.01, momentum=0.9):
+    """(the module to call, its optimizer) for contender `name`, inside its own process."""
+    import torch
+
+    kind = CONTENDERS[name][1]
+    if kind == "onnxtrain":
+        import onnxtrain
+        model = onnxtrain.ORTModule(net)
+        return model, onnxtrain.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+    if kind == "eager":
+        return net, optimizer
+    if kind == "compile":
+        return torch.compile(net), optimizer
+    if kind == "compile_max_autotune":
+        return torch.compile(net, mode="max-autotune-no-cudagraphs"), optimizer
+    if kind == "ort":
+        from onnxruntime.training.ortmodule import ORTModule
+        return ORTModule(net), optimizer
+    raise ValueError(f"unknown contender kind {kind!r}")
+
+
+def environment_variables(name):
+    """Settings that make a contender fail loudly instead of quietly running eager PyTorch."""
+    kind = CONTENDERS[name][1]
+    if kind == "onnxtrain":
+        return {"ONNXTRAIN_FALLBACK": "0"}
+    if kind == "ort":
+        return {"ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
+    return {}
+
+
+def evidence(name, model):
+    """What shows that the wrapper itself ran the steps (raises where it did not)."""
+    kind = CONTENDERS[name][1]
+    if kind == "onnxtrain":
+        assert model.fallback_reason is None, model.fallback_reason
+        return {}
+    if kind.startswith("compile"):
+        from torch._dynamo.utils import counters
+        graphs = counters["stats"]["unique_graphs"]
+        assert graphs > 0, "torch.compile compiled no graph"
+        return dict(graphs=graphs, graph_breaks=sum(counters["graph_break"].values()))
+    return {}
