@@ -132,7 +132,8 @@ def run_peak(args):
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     torch.mm(a, b)
     best = min(_timed(lambda: torch.mm(a, b)) for _ in range(5))
-    print("RESULT " + json.dumps(dict(torch=2 * 2048 ** 3 / best / 1e9, engine=onnxtrain._C.sgemm_gflops(2048, 5))))
+    print("RESULT " + json.dumps(dict(torch=2 * 2048 ** 3 / best / 1e9, engine=onnxtrain._C.sgemm_gflops(2048, 5),
+                                      torch_version=torch.__version__.split("+")[0])))
 
 
 def _timed(fn):
@@ -209,11 +210,11 @@ def measure_model(name, args, peaks):
             live.append(c)
         except RuntimeError as e:
             row["failed"][c] = str(e)
-    flops = None
+    flops, reference = None, args.contenders[0]  # the FLOPs and the float64 run: the first contender's venv
     try:
-        flops = _spawn(contenders.interpreter(contenders.REFERENCE), "single", 1,
-                       common + ["--contender", contenders.REFERENCE, "--steps", "1", "--warmup", "1", "--count-flops"],
-                       contenders.REFERENCE)["flops"]
+        flops = _spawn(contenders.interpreter(reference), "single", 1,
+                       common + ["--contender", reference, "--steps", "1", "--warmup", "1", "--count-flops"],
+                       reference)["flops"]
     except (ContenderFailed, RuntimeError) as e:
         print(f"[bench] {name}: FLOPs not counted: {e}", flush=True)
     for threads in args.thread_counts:
@@ -239,7 +240,7 @@ def measure_model(name, args, peaks):
         agree = common[:2] + ["--steps", str(args.agreement_steps), "--warmup", "1", "--dropout", "0"]
         row["loss_diff"] = {}
         try:
-            ref = _spawn(contenders.interpreter(contenders.REFERENCE), "single", 1, agree + ["--contender", "eager64"])
+            ref = _spawn(contenders.interpreter(reference), "single", 1, agree + ["--contender", "eager64"])
             row["agreement_steps"] = len(ref["losses"])
         except ContenderFailed as e:
             ref = None
@@ -324,7 +325,7 @@ def orchestrate(args):
     unknown = [n for n in names if n not in models.ZOO]
     if unknown:
         sys.exit(f"unknown models {unknown}; the zoo has {list(models.ZOO)}")
-    args.contenders = args.contenders.split(",") if args.contenders else list(contenders.CONTENDERS)
+    args.contenders = args.contenders.split(",") if args.contenders else list(contenders.DEFAULT)
     unknown = [c for c in args.contenders if c not in contenders.CONTENDERS]
     if unknown:
         sys.exit(f"unknown contenders {unknown}; there are {list(contenders.CONTENDERS)}")
@@ -333,10 +334,10 @@ def orchestrate(args):
         sys.exit("--check needs both thread counts")
     peaks = {}
     for threads in args.thread_counts:
-        p = _spawn(contenders.interpreter(contenders.REFERENCE), "peak", threads, [])
+        p = _spawn(contenders.interpreter(args.contenders[0]), "peak", threads, [])
         peaks[threads] = max(p["torch"], p["engine"])
         print(f"[bench] sgemm peak at {threads} thread(s): {peaks[threads]:.0f} GFLOP/s "
-              f"(PyTorch 1.13 {p['torch']:.0f}, engine {p['engine']:.0f})", flush=True)
+              f"(PyTorch {p['torch_version']} {p['torch']:.0f}, engine {p['engine']:.0f})", flush=True)
     rows = [measure_model(name, args, peaks) for name in names]
     if args.thread_counts != [1, 2]:  # a quick look: no table, no README
         return
@@ -384,7 +385,7 @@ def markdown(rows, meta):
     lines = [
         f"Measured {meta['date']} on {meta['machine']}; sgemm peak {meta['peaks'][1]:.0f} GFLOP/s at 1 thread, "
         f"{meta['peaks'][2]:.0f} at 2. {meta['rounds']} rounds per model and thread count, each contender a fresh "
-        "process per round, the order rotating; step times are medians over rounds of each process's median step; "
+        "process per round, the order rotating (the first contender's venv measures the FLOPs, the sgemm peak and the float64 reference); step times are medians over rounds of each process's median step; "
         "ratios are onnxtrain over the fastest peer of the same round, median over rounds (min-max). "
         "\"% of limit\": the step's GEMM and convolution FLOPs at the sgemm peak, over the step time. "
         "A cell \"failed [n]\" is a contender that could not run the model: note n below says why."]

@@ -7,13 +7,15 @@ environment cannot be made, or that fails on a model, becomes a row that says wh
 """
 import os
 import subprocess
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 NEWEST_TORCH = "2.15.0"
 ORT_VERSION = "1.19.2"
 
-# name -> (environment, kind). "system" is Debian's torch 1.13 (its venv adds the model zoos).
+# name -> (environment, kind). "system" is Debian's torch 1.13 (its venv adds the model zoos);
+# "current" is the interpreter running bench/run (for a quick look, and the harness's own test).
 CONTENDERS = {
     "eager-1.13": ("system", "eager"),
     "eager-2.15": (NEWEST_TORCH, "eager"),
@@ -22,9 +24,10 @@ CONTENDERS = {
     f"ort-{ORT_VERSION}": ("ort", "ort"),
     "onnxtrain-1.13": ("system", "onnxtrain"),
     "onnxtrain-2.15": (NEWEST_TORCH, "onnxtrain"),
+    "eager-current": ("current", "eager"),
+    "onnxtrain-current": ("current", "onnxtrain"),
 }
-# The float64 reference of the loss check runs in the first environment.
-REFERENCE = "eager-1.13"
+DEFAULT = [name for name, (environment, _) in CONTENDERS.items() if environment != "current"]
 
 
 def is_ours(name):
@@ -41,6 +44,8 @@ _interpreters = {}
 def interpreter(name):
     """The contender's python, making its venv on first use; raises with the script's output."""
     environment = CONTENDERS[name][0]
+    if environment == "current":
+        return sys.executable
     if environment not in _interpreters:
         if environment == "ort":
             cmd = [os.path.join(ROOT, "scripts", "ort_venv.sh")]

@@ -94,6 +94,62 @@ def _vit(tv, classes):
                              num_classes=classes)
 
 
+class HuggingFaceLoss(nn.Module):
+    """A transformers model from its config (random init, nothing downloaded), returning the loss
+    it computes itself from the labels, as HF training loops use it."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, labels):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+
+
+def _huggingface(make, batch, seq, vocab, labels):
+    """make(transformers, dropout) -> model; labels: "classes:N" or "tokens"."""
+    def build(dropout):
+        import transformers  # deferred: only these entries need it
+        return HuggingFaceLoss(make(transformers, dropout))
+
+    def batch_fn(gen):
+        ids = torch.randint(0, vocab, (batch, seq), generator=gen)
+        mask = torch.ones(batch, seq, dtype=torch.long)
+        mask[batch // 2:, seq - seq // 8:] = 0  # real padding on half the rows
+        if labels == "tokens":
+            target = ids.masked_fill(mask == 0, -100)
+        else:
+            target = torch.randint(0, int(labels.split(":")[1]), (batch,), generator=gen)
+        return ids, mask, target
+    return dict(build=build, batch_fn=batch_fn, batch=batch)
+
+
+def _bert_base(tf, dropout):
+    config = tf.BertConfig(num_labels=2, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    return tf.BertForSequenceClassification(config)
+
+
+def _gpt2_small(tf, dropout):
+    config = tf.GPT2Config(resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout)
+    return tf.GPT2LMHeadModel(config)
+
+
+def _llama_100m(tf, dropout):
+    # Llama's architecture at about 100M parameters: 8 layers of d768 (12 heads, SwiGLU 2048) and an
+    # untied 32000-token vocabulary.
+    config = tf.LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
+                            num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=512,
+                            attention_dropout=dropout)
+    return tf.LlamaForCausalLM(config)
+
+
+def _timm(model_name, shape, classes=1000):
+    def build(dropout):
+        import timm  # deferred: only these entries need it
+        return Classifier(timm.create_model(model_name, pretrained=False, num_classes=classes, drop_rate=dropout))
+    return dict(build=build, batch_fn=_classifier_batch(shape, classes), batch=shape[0])
+
+
 # Each entry: title, batch, build(dropout) -> module returning the loss, batch_fn(generator), and
 # the timed and warm-up steps per benchmark process (fewer for the slow models, about 5-10 s each).
 ZOO = {
@@ -139,11 +195,24 @@ ZOO = {
                           **_torchvision(lambda tv, c: tv.models.convnext_tiny(num_classes=c), (8, 3, 64, 64))),
     "vit": dict(steps=6, warmup=2, title="VisionTransformer 64/8, 6 layers, 6 heads, d384, mlp 1536",
                 **_torchvision(_vit, (16, 3, 64, 64))),
+    "bert_base": dict(steps=3, warmup=1, title="HF BertForSequenceClassification, bert-base config, seq 128",
+                      **_huggingface(_bert_base, 8, 128, 30522, "classes:2")),
+    "gpt2_small": dict(steps=3, warmup=1, title="HF GPT2LMHeadModel, GPT-2 small (124M), seq 256",
+                       **_huggingface(_gpt2_small, 4, 256, 50257, "tokens")),
+    "llama_100m": dict(steps=3, warmup=1, title="HF LlamaForCausalLM, 8 layers d768 (~100M), seq 256",
+                       **_huggingface(_llama_100m, 4, 256, 32000, "tokens")),
+    "timm_resnet50": dict(steps=3, warmup=1, title="timm resnet50, 3x224x224",
+                          **_timm("resnet50", (8, 3, 224, 224))),
+    "timm_efficientnet_b0": dict(steps=5, warmup=2, title="timm efficientnet_b0, 3x224x224",
+                                 **_timm("efficientnet_b0", (8, 3, 224, 224))),
+    "timm_vit_small": dict(steps=3, warmup=1, title="timm vit_small_patch16_224, 3x224x224",
+                           **_timm("vit_small_patch16_224", (8, 3, 224, 224))),
 }
 
 # Dropout in the timed runs (the loss-agreement runs use 0); the torchvision models keep their own
 # defaults of stochastic depth.
-DEFAULT_DROPOUT = {"cnn": 0.5, "transformer": 0.1, "mobilenet_v3_small": 0.2, "vit": 0.0}
+DEFAULT_DROPOUT = {"cnn": 0.5, "transformer": 0.1, "mobilenet_v3_small": 0.2, "vit": 0.0,
+                   "bert_base": 0.1, "gpt2_small": 0.1, "timm_efficientnet_b0": 0.2}
 
 
 def build(name, dropout=None):

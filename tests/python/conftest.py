@@ -101,18 +101,37 @@ def no_fallback(monkeypatch):
     zoo_parity.without_fallback(monkeypatch)
 
 
+def _descendants(pid):
+    """Every live process below `pid` (Linux /proc)."""
+    import os
+
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def run_processes(commands, envs, timeout=300):
-    """Runs the commands side by side (each with its environment, each in its own session so that
-    the children it starts die with it); a failure or a hang stops them all and shows every
-    process's output."""
+    """Runs the commands side by side (each with its environment); a failure or a hang stops them
+    all, with every process they started, and shows every process's output."""
     import os
     import signal
     import subprocess
     import threading
     import time
 
-    procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-             for c, e in zip(commands, envs)]
+    procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for c, e in zip(commands, envs)]
     logs = [[] for _ in procs]
 
     def read(pipe, log):
@@ -134,11 +153,14 @@ def run_processes(commands, envs, timeout=300):
     while running() and time.monotonic() < deadline:
         time.sleep(0.1)
     hung = running()
-    for p in procs:
+    # torchrun starts each worker in a session of its own: collect the whole tree before killing.
+    doomed = {pid for p in procs for pid in [p.pid, *_descendants(p.pid)]}
+    for pid in doomed:
         try:
-            os.killpg(p.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    for p in procs:
         p.wait()
     for reader in readers:
         reader.join(timeout=1.0)

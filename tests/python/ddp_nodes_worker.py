@@ -1,6 +1,7 @@
 """One rank of test_ddp_across_nodes.py, started by torchrun (or, on torch 1.13, with torchrun's
 environment by the test): trains DistributedDataParallel(ORTModule(net)) with SGD and with
 ZeroRedundancyOptimizer on this rank's half of each global batch, and saves the parameters."""
+import faulthandler
 import os
 import sys
 
@@ -33,6 +34,8 @@ def train(rank, world, zero):
 
 
 def main(out_dir):
+    # A hang shows where each thread waits, well inside the test's 240 s.
+    faulthandler.dump_traceback_later(150, exit=False)
     os.environ["ONNXTRAIN_FALLBACK"] = "0"
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -7,9 +7,10 @@ import sys
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
-def test_bench_runs_one_model_in_fresh_process_pairs(tmp_path):
+def test_bench_runs_one_model_in_rounds_of_fresh_processes(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--models", "demo_mlp", "--steps", "2",
-           "--warmup", "2", "--pairs", "1", "--agreement-steps", "3", "--quick", "--out", str(tmp_path)]
+           "--warmup", "2", "--rounds", "1", "--agreement-steps", "3", "--quick", "--out", str(tmp_path),
+           "--contenders", "eager-current,onnxtrain-current"]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -17,29 +18,56 @@ def test_bench_runs_one_model_in_fresh_process_pairs(tmp_path):
     report = json.loads((tmp_path / "bench.json").read_text())
     assert report["meta"]["peaks"]["1"] > 0
     (row,) = report["rows"]
-    assert row["model"] == "demo_mlp" and row["flops"] > 0
-    for key in ("eager_1t", "ours_1t", "eager_2t", "ours_2t", "ratio_1t", "ratio_2t_vs_eager_best"):
-        assert row[key]["median"] > 0 and row[key]["min"] <= row[key]["median"] <= row[key]["max"], key
-    for key in ("eager_rss", "ours_rss", "ours_first", "eager_pct_limit_1t", "ours_pct_limit_1t"):
-        assert row[key] > 0, key
-    # Dropout 0 and no BatchNorm: both contenders stay within float32 rounding of the float64 run.
-    assert row["loss_diff_ours"] < 1e-5 and row["loss_diff_eager"] < 1e-5
+    assert row["model"] == "demo_mlp" and row["flops"] > 0 and row["failed"] == {}
+    for key in ("eager-current@1", "onnxtrain-current@1", "eager-current@2", "onnxtrain-current@2"):
+        step = row["step"][key]
+        assert step["median"] > 0 and step["min"] <= step["median"] <= step["max"], key
+        assert row["pct_limit"][key] > 0, key
+    for key in ("onnxtrain-current@1", "onnxtrain-current@2"):
+        assert row["ratio"][key]["median"] > 0, key
+    assert set(row["ratio"]) == {"onnxtrain-current@1", "onnxtrain-current@2"}  # the peers get no ratio
+    for c in ("eager-current", "onnxtrain-current"):
+        assert row["first"][c] > 0 and row["rss"][c] > 0, c
+        # Dropout 0 and no BatchNorm: both stay within float32 rounding of the float64 run.
+        assert row["loss_diff"][c] < 1e-5, c
     table = (tmp_path / "bench.md").read_text()
-    assert table.count("| demo: digits MLP 64-256-128-10 |") == 1 and "Targets missed" in table
+    assert table.count("| demo: digits MLP 64-256-128-10 |") == 3 and "Targets missed" in table
     assert (tmp_path / "bench.png").stat().st_size > 1000
 
 
-def test_bench_check_fails_when_a_target_is_missed(tmp_path):
+def test_a_contender_that_cannot_run_is_a_numbered_failure(tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import bench
-    row = dict(model="mlp_small", ratio_1t=dict(median=0.9), ratio_2t_vs_eager_best=dict(median=0.5),
-               ours_first=0.2, eager_first=0.1, ours_rss=100, eager_rss=200, loss_diff_eager=1e-3,
-               loss_diff_ours=2e-3, agreement_steps=10)
-    assert any("mlp_small: 1-thread ratio 0.90" in m for m in bench.misses([row]))
-    row["ratio_1t"]["median"] = 0.6
+    row = dict(model="demo_mlp", title="demo", batch=64, failed={"eager-2.15": "ImportError: no torch"},
+               step={"onnxtrain-current@1": dict(median=1e-3, min=1e-3, max=1e-3)}, pct_limit={}, ratio={},
+               first={"onnxtrain-current": 0.1}, rss={"onnxtrain-current": 100}, evidence={}, loss_diff={})
+    table = bench.markdown([row], dict(date="d", machine="m", peaks={1: 1, 2: 1}, rounds=1,
+                                       contenders=["eager-2.15", "onnxtrain-current"]))
+    assert "failed [1]" in table and "1. demo, eager-2.15: ImportError: no torch" in table
+
+
+def test_bench_check_fails_when_a_target_is_missed():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import bench
+    row = dict(model="mlp_small", failed={}, fastest_peer={1: "eager-1.13", 2: "compile-2.15"},
+               ratio={"onnxtrain-1.13@1": dict(median=0.95), "onnxtrain-1.13@2": dict(median=0.5)},
+               first={"onnxtrain-1.13": 0.2, "eager-1.13": 0.1, "compile-2.15": 3.0},
+               rss={"onnxtrain-1.13": 100, "eager-1.13": 200, "compile-2.15": 300},
+               loss_diff={"eager-1.13": 1e-3, "onnxtrain-1.13": 2e-3}, agreement_steps=10)
+    missed = bench.misses([row])
+    assert any("mlp_small onnxtrain-1.13 1t: step 0.95" in m for m in missed), missed
+    assert any("first step 0.20 s > 1.5 x eager-1.13's 0.10 s" in m for m in missed), missed
+    row["ratio"]["onnxtrain-1.13@1"]["median"] = 0.6
+    row["first"]["onnxtrain-1.13"] = 0.15
     assert bench.misses([row]) == []  # losses noisier than eager's, but within its float32 drift
-    row["loss_diff_ours"] = 1e-2
-    assert any("mlp_small: losses 1.0e-02 from float64" in m for m in bench.misses([row]))
+    row["loss_diff"]["onnxtrain-1.13"] = 1e-2
+    assert any("mlp_small onnxtrain-1.13: losses 1.0e-02 from float64" in m for m in bench.misses([row]))
+    row["loss_diff"]["onnxtrain-1.13"] = 2e-3
+    row["rss"]["onnxtrain-1.13"] = 250
+    assert any("peak RSS 250 MB > eager-1.13's 200 MB" in m for m in bench.misses([row]))
+    row["rss"]["onnxtrain-1.13"] = 100
+    row["failed"]["onnxtrain-2.15"] = "RuntimeError: x"
+    assert any("mlp_small onnxtrain-2.15: failed" in m for m in bench.misses([row]))
 
 
 def test_the_memory_tradeoff_report_runs_and_recompute_stashes_less(tmp_path):
