@@ -42,11 +42,10 @@ def main(out_dir):
     results = {"sgd": train(rank, world, zero=False), "zero": train(rank, world, zero=True),
                "node": os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "")), "steps": STEPS}
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    # Both ranks finish before either tears the group down: on torch 2.4 a rank whose peer had
-    # already destroyed the group and exited hung in destroy_process_group (its agent then waited
-    # out the 300 s exit barrier).
+    # Both ranks finish before either leaves. The group is not destroyed: on torch 2.4,
+    # destroy_process_group hung in the rank whose peer, the host of the group's store, had
+    # already destroyed its group and exited (even after a barrier); exiting frees it all.
     dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
