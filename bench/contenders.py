@@ -83,9 +83,25 @@ def wrap(name, net, lr=0.01, momentum=0.9):
     if kind == "compile_max_autotune":
         return torch.compile(net, mode="max-autotune-no-cudagraphs"), optimizer
     if kind == "ort":
+        _give_ort_sessions_torchs_threads(torch.get_num_threads())
         from onnxruntime.training.ortmodule import ORTModule
         return ORTModule(net), optimizer
     raise ValueError(f"unknown contender kind {kind!r}")
+
+
+def _give_ort_sessions_torchs_threads(threads):
+    """ORT's ORTModule makes its sessions with default SessionOptions, whose thread pool ignores
+    torch's thread count (and OMP_NUM_THREADS): equal threads need the count set on every
+    SessionOptions it creates."""
+    import onnxruntime
+
+    class EqualThreads(onnxruntime.SessionOptions):
+        def __init__(self):
+            super().__init__()
+            self.intra_op_num_threads = threads
+            self.inter_op_num_threads = 1
+
+    onnxruntime.SessionOptions = EqualThreads
 
 
 def environment_variables(name):
