@@ -72,6 +72,13 @@ class NodeByNodeInference {
            op == "MaxPool" || op == "AveragePool" || op == "LpPool" || op == "MaxUnpool";
   }
 
+  // The input holding a convolution's weight; -1 for an op that is not a convolution.
+  static int conv_weight_input(const std::string& op) {
+    if (op == "Conv" || op == "ConvTranspose" || op == "ConvInteger") return 1;
+    if (op == "QLinearConv") return 3;  // x, x_scale, x_zero_point, w, ...
+    return -1;
+  }
+
   static void refuse_nonpositive_window(const Node& n) {
     for (const char* name : {"strides", "dilations", "kernel_shape"}) {
       if (!n.has_attr(name)) continue;
@@ -88,11 +95,15 @@ class NodeByNodeInference {
     const std::string& op = n.op_type;
     if (!n.domain.empty()) return;
     if (is_windowed(op)) refuse_nonpositive_window(n);
-    if (op == "Conv" || op == "ConvTranspose") {
-      const int x = rank_of(n, 0), w = rank_of(n, 1);
+    if (const int weight = conv_weight_input(op); weight >= 0) {
+      // libonnx reads the kernel shape off the weight and indexes the per-axis attributes with
+      // it (a fuzzer crash: ConvInteger with X of rank 3 and W of rank 4).
+      const int x = rank_of(n, 0), w = rank_of(n, static_cast<size_t>(weight));
       if (x >= 0 && x < 3) refuse(n, 0, str_cat("has rank ", x, "; ", op, " needs [N, C, spatial...] (rank >= 3)"));
-      if (w >= 0 && w < 3) refuse(n, 1, str_cat("has rank ", w, "; ", op, " needs a weight of rank >= 3"));
-      if (x >= 0 && w >= 0 && x != w) refuse(n, 1, str_cat("has rank ", w, " but X has rank ", x, "; they must match"));
+      const auto w_input = static_cast<size_t>(weight);
+      if (w >= 0 && w < 3) refuse(n, w_input, str_cat("has rank ", w, "; ", op, " needs a weight of rank >= 3"));
+      if (x >= 0 && w >= 0 && x != w)
+        refuse(n, w_input, str_cat("has rank ", w, " but X has rank ", x, "; they must match"));
     } else if (op == "DepthToSpace" || op == "SpaceToDepth") {
       // libonnx divides the channels (or the spatial dims) by the block size.
       const int64_t block = n.attr_int("blocksize", 0);

@@ -26,6 +26,13 @@ def main():
     os.makedirs(HERE, exist_ok=True)
     save("conv_rank_mismatch.onnx", model([helper.make_node("Conv", ["x", "w"], ["y"])],
                                           [tensor("x", [1, 1, 5]), tensor("w", [1, 1, 3, 3])], [tensor("y", None)]))
+    # QLinearConv's weight is its fourth input: x, x_scale, x_zero_point, w, w_scale, w_zero_point, ...
+    u8, scale = TensorProto.UINT8, TensorProto.FLOAT
+    save("qlinearconv_rank_mismatch.onnx",
+         model([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"])],
+               [tensor("x", [1, 1, 5], u8), tensor("xs", [], scale), tensor("xz", [], u8),
+                tensor("w", [1, 1, 3, 3], u8), tensor("ws", [], scale), tensor("wz", [], u8),
+                tensor("ys", [], scale), tensor("yz", [], u8)], [tensor("y", None, u8)]))
     save("conv_transpose_rank2_x.onnx", model([helper.make_node("ConvTranspose", ["x", "w"], ["y"])],
                                               [tensor("x", [1, 3]), tensor("w", [1, 2, 3, 3])], [tensor("y", None)]))
     save("conv_transpose_rank2_w.onnx", model([helper.make_node("ConvTranspose", ["x", "w"], ["y"])],

@@ -61,6 +61,8 @@ def test_reshape_whose_size_overflows_is_an_error_naming_the_node(then):
 
 @pytest.mark.parametrize("name, op", [("conv_rank_mismatch", "Conv"), ("conv_transpose_rank2_x", "ConvTranspose"),
                                       ("conv_transpose_rank2_w", "ConvTranspose"),
+                                      ("convinteger_rank_mismatch", "ConvInteger"),
+                                      ("qlinearconv_rank_mismatch", "QLinearConv"),
                                       ("layer_norm_rank0", "LayerNormalization")])
 def test_models_that_crashed_onnx_shape_inference_are_refused_naming_the_node(name, op):
     path = os.path.join(os.path.dirname(__file__), "..", "fuzz", "regressions", name + ".onnx")
