@@ -1,5 +1,7 @@
 #include "audit/audit_compare.h"
 
+#include "audit/batch_norm_terms.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -144,48 +146,9 @@ const char* error_scale_name(ErrorScale scale) {
 ErrorScale error_scale_of(const Node& node, size_t index, DType output_dtype) {
   if (is_selected_index_output(node, index)) return ErrorScale::SelectedValue;
   if (!is_floating(output_dtype)) return ErrorScale::Exact;
-  return is_sum_of_terms_op(node) || is_channel_sum_output(node, index) ? ErrorScale::SumOfTerms
-                                                                         : ErrorScale::OutputScale;
-}
-
-bool terms_need_their_own_formula(const Node& node, size_t index) {
-  return node.op_type == "BatchNormGrad" && index == 1;
-}
-
-Tensor batch_norm_scale_grad_terms(const Tensor& dy, const Tensor& x, const Tensor& saved_mean,
-                                   const Tensor& saved_inv_std, double epsilon) {
-  OT_CHECK(x.dtype() == DType::Float64 && dy.dtype() == DType::Float64 && x.rank() >= 2 && dy.shape() == x.shape(),
-           "BatchNormGrad terms need float64 dY and X of one shape [N, C, ...], got ", dy.str(), " and ", x.str());
-  const int64_t batch = x.dim(0), channels = x.dim(1), size = x.shape().size_between(2, x.rank());
-  const double count = static_cast<double>(std::max<int64_t>(batch * size, 1));
-  const double* px = x.data<double>();
-  const double* pdy = dy.data<double>();
-  Tensor terms = Tensor::zeros(DType::Float64, {channels});
-  double* out = terms.data<double>();
-  for (int64_t c = 0; c < channels; ++c) {
-    auto over_channel = [&](auto&& fn) {
-      for (int64_t n = 0; n < batch; ++n)
-        for (int64_t i = 0; i < size; ++i) fn((n * channels + c) * size + i);
-    };
-    double mean = 0, var = 0;
-    if (saved_mean.defined()) {
-      mean = saved_mean.item_as_double(c);
-    } else {
-      over_channel([&](int64_t k) { mean += px[k]; });
-      mean /= count;
-    }
-    double inv_std = 0;
-    if (saved_inv_std.defined()) {
-      inv_std = saved_inv_std.item_as_double(c);
-    } else {
-      over_channel([&](int64_t k) { var += (px[k] - mean) * (px[k] - mean); });
-      inv_std = 1.0 / std::sqrt(var / count + epsilon);
-    }
-    double sum = 0;
-    over_channel([&](int64_t k) { sum += std::fabs(pdy[k]) * std::fabs(px[k] - mean); });
-    out[c] = sum * std::fabs(inv_std);
-  }
-  return terms;
+  return is_sum_of_terms_op(node) || is_channel_sum_output(node, index) || has_batch_norm_terms(node, index)
+             ? ErrorScale::SumOfTerms
+             : ErrorScale::OutputScale;
 }
 
 Tensor widen_to_float64(const Tensor& t) {

@@ -11,8 +11,9 @@
 //                small element is still judged on its own terms. rel_error: the max over e.
 //                Also the per-channel sums among the normalizations' outputs: BatchNorm's batch
 //                means (running and saved; the same trick applies) and, in training-mode
-//                BatchNormGrad, dB = sum(dY) (likewise) and dscale = sum(dY * xhat), whose terms
-//                have their own formula (batch_norm_scale_grad_terms).
+//                BatchNormGrad, dB = sum(dY) (likewise) and dscale = sum(dY * xhat); and
+//                BatchNormTraining's Y and training BatchNormGrad's dX. The last three have terms
+//                of their own formula (batch_norm_terms.h).
 //   OutputScale  every other floating output (elementwise ops, activations, normalization,
 //                softmax, losses, data movement): max |out32 - out64| / max |out64|.
 //   Exact        integer and bool outputs (shapes, masks, Dropout's mask): rel_error is the
@@ -35,14 +36,6 @@ const char* error_scale_name(ErrorScale scale);
 
 // The family of output `index` of `node`.
 ErrorScale error_scale_of(const Node& node, size_t index, DType output_dtype);
-
-// Whether output `index` of `node` gets its absolute terms from a formula of its own rather than
-// from the twin run on absolute inputs (which would not give them: xhat is not |xhat|).
-bool terms_need_their_own_formula(const Node& node, size_t index);
-// BatchNormGrad's dscale terms per channel: inv_std_c * sum over n, s of |dY| * |X - mean_c|, with
-// the saved statistics when given, else computed from X (float64 tensors, X [N, C, ...]).
-Tensor batch_norm_scale_grad_terms(const Tensor& dy, const Tensor& x, const Tensor& saved_mean,
-                                   const Tensor& saved_inv_std, double epsilon);
 
 // A copy of `t` as float64 (float16, bfloat16, float32 and float64; integers and bool pass as they
 // are, since kernels read them as indices and shapes).

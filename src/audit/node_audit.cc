@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "audit/audit_compare.h"
+#include "audit/batch_norm_terms.h"
 #include "ir/random_ops.h"
 #include "runtime/program.h"
 #include "runtime/thread_pool.h"
@@ -60,10 +61,9 @@ bool has_sum_of_terms_output(const Node& node, const std::vector<Tensor>& output
 void add_own_formula_terms(const Node& node, const std::vector<Tensor>& outputs, const std::vector<Tensor>& wide,
                            std::vector<Tensor>& terms) {
   for (size_t o = 0; o < outputs.size(); ++o) {
-    if (!outputs[o].defined() || !terms_need_their_own_formula(node, o)) continue;
-    auto input = [&](size_t i) { return i < wide.size() ? wide[i] : Tensor(); };
+    if (!outputs[o].defined() || !has_batch_norm_terms(node, o)) continue;
     terms.resize(std::max(terms.size(), o + 1));
-    terms[o] = batch_norm_scale_grad_terms(input(0), input(1), input(3), input(4), node.attr_float("epsilon", 1e-5f));
+    terms[o] = batch_norm_terms(node, o, wide);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "audit/audit_compare.h"
+#include "audit/batch_norm_terms.h"
 #include "audit/node_audit.h"
 #include "session/training_session.h"
 #include "tests/cpp/gradient_check.h"
@@ -170,6 +171,63 @@ TEST(NodeAudit, BatchNormMeansAndSumsAreJudgedOnTheirTerms) {
   const double terms = audit::batch_norm_scale_grad_terms(wide_dy, wide_x, Tensor(), Tensor(), 1e-5).item_as_double(0);
   grads[1].data<float>()[0] += static_cast<float>(1e-3 * terms);
   EXPECT_NEAR(*audit_node(grad, context_of(grad), grad_inputs, grads, 0).rel_error, 1e-3, 2e-5);
+}
+
+// Two values per channel (a batch of 2 on a 1x1 map), nearly equal and far from zero, so that the
+// variance is below epsilon and inv_std near 1/sqrt(epsilon): Y = a_c * x + d_c cancels terms
+// hundreds of times larger than Y itself. Rounding of that size is no kernel error; 1e-3 of the
+// terms still is.
+struct TwoValueChannels {
+  TwoValueChannels() {
+    x = Tensor::empty(DType::Float32, {2, 4, 1, 1});
+    for (int64_t c = 0; c < 4; ++c) {
+      const float base = 1.5f + 0.37f * static_cast<float>(c);
+      x.data<float>()[c] = base;
+      x.data<float>()[4 + c] = base + 1e-3f * static_cast<float>(c + 1);
+    }
+    scale = random_tensor(DType::Float32, {4}, 31);
+    bias = random_tensor(DType::Float32, {4}, 32);
+  }
+  Tensor x, scale, bias;
+};
+
+TEST(NodeAudit, BatchNormOfTwoNearlyEqualValuesIsJudgedOnItsTerms) {
+  const TwoValueChannels data;
+  const Node bn{"bn", "BatchNormTraining", kOnnxTrainDomain, {"x", "s", "b", "rm", "rv"},
+                {"y", "running_mean", "running_var", "saved_mean", "saved_inv_std"}, {}};
+  const std::vector<Tensor> inputs = {data.x, data.scale, data.bias, Tensor::zeros(DType::Float32, {4}),
+                                      Tensor::from_vector(std::vector<float>(4, 1.0f), {4})};
+  std::vector<Tensor> engine = float32_run(bn, inputs);
+  const std::vector<Tensor> wide = {audit::widen_to_float64(data.x), audit::widen_to_float64(data.scale),
+                                    audit::widen_to_float64(data.bias)};
+  const Tensor twin = run_node_alone(bn, context_of(bn), {wide[0], wide[1], wide[2], audit::widen_to_float64(inputs[3]),
+                                                          audit::widen_to_float64(inputs[4])}, 0)[0];
+  // The conditioning this test is about: scaled by max |Y|, the kernel's rounding is above 1e-6.
+  EXPECT_GT(audit::output_error(audit::ErrorScale::OutputScale, engine[0], twin), 1e-6);
+  auto row = audit_node(bn, context_of(bn), inputs, engine, 0);
+  ASSERT_TRUE(row.rel_error.has_value()) << row.reason;
+  EXPECT_LT(*row.rel_error, 1e-6) << row.worst_output;
+  EXPECT_EQ(row.normalization, "sum_of_terms");
+  const Tensor terms = audit::batch_norm_output_terms(wide[0], wide[1], wide[2], 1e-5);
+  engine[0].data<float>()[5] += static_cast<float>(1e-3 * terms.item_as_double(5));
+  EXPECT_NEAR(*audit_node(bn, context_of(bn), inputs, engine, 0).rel_error, 1e-3, 2e-5);
+}
+
+TEST(NodeAudit, BatchNormGradOfTwoNearlyEqualValuesIsJudgedOnItsTerms) {
+  const TwoValueChannels data;
+  const Node grad{"bng", "BatchNormGrad", kOnnxTrainDomain, {"dy", "x", "s"}, {"dx", "dscale", "db"}, {}};
+  const std::vector<Tensor> inputs = {random_tensor(DType::Float32, {2, 4, 1, 1}, 33), data.x, data.scale};
+  std::vector<Tensor> engine = float32_run(grad, inputs);
+  auto row = audit_node(grad, context_of(grad), inputs, engine, 0);
+  ASSERT_TRUE(row.rel_error.has_value()) << row.reason;
+  EXPECT_LT(*row.rel_error, 1e-6) << row.worst_output;
+  const Tensor wide_dy = audit::widen_to_float64(inputs[0]), wide_x = audit::widen_to_float64(data.x);
+  const Tensor terms =
+      audit::batch_norm_input_grad_terms(wide_dy, wide_x, audit::widen_to_float64(data.scale), Tensor(), Tensor(), 1e-5);
+  engine[0].data<float>()[2] += static_cast<float>(1e-3 * terms.item_as_double(2));
+  row = audit_node(grad, context_of(grad), inputs, engine, 0);
+  EXPECT_NEAR(*row.rel_error, 1e-3, 2e-5);
+  EXPECT_EQ(row.worst_output, "dx");
 }
 
 TEST(NodeAudit, LayerNormMeanOfNormalizedRowsIsJudgedOnItsTerms) {
