@@ -73,10 +73,9 @@ def test_torchvision_model_trains_at_the_float64_floor(name):
     assert not problems, f"{name}:\n" + "\n".join(problems[:20])
 
 
-@pytest.mark.parametrize("cap", [False, True], ids=["host_isa", "isa_below_host"])
+@pytest.mark.parametrize("isa", zoo_audit.isa_settings("torchvision"))
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_torchvision_model_every_node_matches_its_float64_twin(name, cap):
-    isa = zoo_audit.isa_below_host() if cap else None
+def test_torchvision_model_every_node_matches_its_float64_twin(name, isa):
     zoo_audit.check(zoo_audit.audits_at(os.path.abspath(__file__), isa)[name], name)
 
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import onnxtrain
@@ -49,6 +50,14 @@ def isa_below_host():
     with open("/proc/cpuinfo") as f:
         flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
     return "AVX2" if "avx512f" in flags else "SSE41"
+
+
+def isa_settings(zoo):
+    """The ISA parameters of a zoo's audit test: the host's (None) and the one below it. Each is an
+    xdist group (scripts run pytest with --dist loadgroup), so that one worker runs its audit
+    subprocess once, instead of every worker that draws one of its tests running it again."""
+    return [pytest.param(None, id="host_isa", marks=pytest.mark.xdist_group(f"{zoo}-audit-host")),
+            pytest.param(isa_below_host(), id="isa_below_host", marks=pytest.mark.xdist_group(f"{zoo}-audit-below"))]
 
 
 @functools.lru_cache(maxsize=None)
