@@ -15,9 +15,13 @@ models.train_flops) at the sgemm peak measured in the same run (fresh processes,
 2048^3 products, the faster of PyTorch's and the engine's). "% of limit" is that time over the
 contender's median step.
 
-  bench/run                               # the whole zoo; also rewrites README.md's table
-  bench/run --models mlp_small,cnn        # a subset (README untouched)
-  bench/run --contenders eager-1.13,onnxtrain-1.13
+  bench/run                               # the whole zoo (hours)
+  bench/run --models mlp_small,cnn        # a subset
+  bench/run --contenders eager-1.13,onnxtrain-1.13 --quick   # a quick look
+
+A run by the README's method (every contender, the zoo's steps, 3+ rounds, no --quick) stores
+each model's row in bench/results/rows/ and rewrites README.md's table from every stored row of
+this machine, naming the zoo models not measured yet; any other run leaves both alone.
   bench/run --check                       # exit 1 when a target is missed
 """
 import argparse
@@ -351,11 +355,10 @@ def orchestrate(args):
         f.write(table)
     chart(rows, os.path.join(args.out, "bench.png"))
     print(table)
-    full = (not args.models and not args.contenders_given and not args.quick and args.steps == 0
-            and args.rounds >= 3 and args.agreement_steps > 0)
-    if full and args.out == os.path.join(HERE, "results"):
-        update_readme(table)
-        print("[bench] README.md table updated")
+    if by_the_method(args):
+        store_rows(rows, meta)
+        update_readme(assembled_table(meta["machine"], args.contenders))
+        print("[bench] README.md table updated from bench/results/rows/", flush=True)
     missed = misses(rows)
     for m in missed:
         print(f"[bench] target missed: {m}")
@@ -376,6 +379,14 @@ def _machine():
     return f"{os.cpu_count()} vCPUs of an {cpu}, {platform.system()} {platform.release()}"
 
 
+def gflops(peak):
+    """A peak, or the (min, max) range of the peaks of several runs."""
+    if isinstance(peak, tuple):
+        low, high = (f"{p:.0f}" for p in peak)
+        return low if low == high else f"{low}-{high}"
+    return f"{peak:.0f}"
+
+
 def markdown(rows, meta):
     import contenders
     names = meta["contenders"]
@@ -383,8 +394,8 @@ def markdown(rows, meta):
     ms = lambda v: f"{1e3 * v:.1f}" if v >= 0.01 else f"{1e3 * v:.2f}"  # noqa: E731
     sp = lambda d: f"{d['median']:.2f} ({d['min']:.2f}-{d['max']:.2f})"  # noqa: E731
     lines = [
-        f"Measured {meta['date']} on {meta['machine']}; sgemm peak {meta['peaks'][1]:.0f} GFLOP/s at 1 thread, "
-        f"{meta['peaks'][2]:.0f} at 2. {meta['rounds']} rounds per model and thread count, each contender a fresh "
+        f"Measured {meta['date']} on {meta['machine']}; sgemm peak {gflops(meta['peaks'][1])} GFLOP/s at 1 thread, "
+        f"{gflops(meta['peaks'][2])} at 2. {meta['rounds']} rounds per model and thread count, each contender a fresh "
         "process per round, the order rotating (the first contender's venv measures the FLOPs, the sgemm peak and the float64 reference); step times are medians over rounds of each process's median step; "
         "ratios are onnxtrain over the fastest peer of the same round, median over rounds (min-max). "
         "\"% of limit\": the step's GEMM and convolution FLOPs at the sgemm peak, over the step time. "
@@ -435,6 +446,64 @@ def markdown(rows, meta):
     missed = misses(rows)
     lines += ["", "Targets missed: " + ("; ".join(missed) if missed else "none") + "."]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the README's table
+
+# One file per zoo model, written by every run that measures by the README's method: the whole zoo
+# takes hours, so runs of a few models each fill the table, and a row says when it was measured.
+ROWS_DIR = os.path.join(HERE, "results", "rows")
+
+
+def by_the_method(args):
+    """Every contender, the zoo's own steps, at least 3 rounds, both thread counts, the loss check,
+    the GEMM profile, and the default output folder: a run whose rows may stand in the README."""
+    return (not args.contenders_given and not args.quick and args.steps == 0 and args.warmup == 0
+            and args.rounds >= 3 and args.agreement_steps > 0 and args.thread_counts == [1, 2]
+            and args.out == os.path.join(HERE, "results"))
+
+
+def store_rows(rows, meta):
+    os.makedirs(ROWS_DIR, exist_ok=True)
+    for r in rows:
+        with open(os.path.join(ROWS_DIR, r["model"] + ".json"), "w") as f:
+            json.dump(dict(meta=meta, row=r), f, indent=1)
+
+
+def stored_rows(machine, names):
+    """The stored rows measured on `machine` with the contenders `names`, in zoo order, with their
+    runs' meta; and the zoo models that have none."""
+    import models
+    found, missing = [], []
+    for model in models.ZOO:
+        path = os.path.join(ROWS_DIR, model + ".json")
+        stored = None
+        if os.path.exists(path):
+            with open(path) as f:
+                stored = json.load(f)
+        if stored and stored["meta"]["machine"] == machine and stored["meta"]["contenders"] == list(names):
+            stored["meta"]["peaks"] = {int(k): v for k, v in stored["meta"]["peaks"].items()}
+            found.append(stored)
+        else:
+            missing.append(model)
+    return found, missing
+
+
+def assembled_table(machine, names):
+    """The README's table: every stored row of this machine and contender set. Each row keeps the %
+    of limit of its own run's sgemm peak; the header gives the dates and the peaks' range."""
+    found, missing = stored_rows(machine, names)
+    rows = [s["row"] for s in found]
+    dates = sorted({s["meta"]["date"] for s in found})
+    peaks = {t: [s["meta"]["peaks"][t] for s in found] for t in (1, 2)}
+    meta = dict(date=dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}", machine=machine,
+                peaks={t: (min(v), max(v)) for t, v in peaks.items()}, rounds=min(s["meta"]["rounds"] for s in found),
+                contenders=list(names))
+    table = markdown(rows, meta)
+    if missing:
+        table += ("\nNot yet measured on this machine by the method above (`bench/run --models " + ",".join(missing)
+                  + "` adds them): " + ", ".join(missing) + ".\n")
+    return table
 
 
 def update_readme(table):

@@ -81,3 +81,22 @@ def test_the_memory_tradeoff_report_runs_and_recompute_stashes_less(tmp_path):
     assert pair["recompute"]["stashed_bytes"] < pair["none"]["stashed_bytes"]
     assert pair["recompute"]["recomputed_bytes"] > 0 and pair["none"]["recomputed_bytes"] == 0
     assert "| 1 | recompute |" in (tmp_path / "report.md").read_text()
+
+
+def test_the_readme_table_is_assembled_from_stored_rows_of_this_machine(tmp_path, monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import bench
+    import models
+    monkeypatch.setattr(bench, "ROWS_DIR", str(tmp_path))
+    names = ["eager-1.13", "onnxtrain-1.13"]
+    row = dict(model="cnn", title="the cnn", batch=8, failed={}, step={"eager-1.13@1": dict(median=2e-3, min=2e-3, max=2e-3)},
+               pct_limit={}, ratio={}, first={}, rss={}, evidence={}, loss_diff={})
+    meta = dict(date="2026-12-03", machine="this box", peaks={1: 100.0, 2: 190.0}, rounds=3, contenders=names)
+    bench.store_rows([row], meta)
+    other = dict(row, model="demo_mlp", title="the demo")
+    bench.store_rows([other], dict(meta, machine="another box"))  # not comparable: listed as missing
+    table = bench.assembled_table("this box", names)
+    assert "| the cnn | 8 | 2.00 |" in table and "the demo" not in table
+    assert "sgemm peak 100 GFLOP/s at 1 thread, 190 at 2" in table
+    missing = table.split("Not yet measured on this machine")[1]
+    assert "demo_mlp" in missing and "cnn," not in missing and len(missing.split(", ")) == len(models.ZOO) - 1
