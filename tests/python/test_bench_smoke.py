@@ -100,3 +100,14 @@ def test_the_readme_table_is_assembled_from_stored_rows_of_this_machine(tmp_path
     assert "sgemm peak 100 GFLOP/s at 1 thread, 190 at 2" in table
     missing = table.split("Not yet measured on this machine")[1]
     assert "demo_mlp" in missing and "cnn," not in missing and len(missing.split(", ")) == len(models.ZOO) - 1
+
+
+def test_the_kernel_profile_sums_the_engines_kernels_by_op_type():
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "profile.py"), "demo_mlp", "--contender", "onnxtrain-current",
+           "--steps", "2", "--warmup", "1"]
+    env = dict(os.environ)
+    env["ONNXTRAIN_PYTHONPATH"] = os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| forward | Gemm |" in done.stdout and "| backward |" in done.stdout, done.stdout
+    assert "| | outside the kernels |" in done.stdout, done.stdout
