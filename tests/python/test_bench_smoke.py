@@ -103,7 +103,7 @@ def test_the_readme_table_is_assembled_from_stored_rows_of_this_machine(tmp_path
 
 
 def test_the_kernel_profile_sums_the_engines_kernels_by_op_type():
-    cmd = [sys.executable, os.path.join(ROOT, "bench", "profile.py"), "demo_mlp", "--contender", "onnxtrain-current",
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "kernel_profile.py"), "demo_mlp", "--contender", "onnxtrain-current",
            "--steps", "2", "--warmup", "1"]
     env = dict(os.environ)
     env["ONNXTRAIN_PYTHONPATH"] = os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))

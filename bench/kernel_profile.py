@@ -9,6 +9,8 @@ its share of the step's wall time, and what the kernels do not account for: the 
 engine's kernels (PyTorch's autograd and optimizer around the engine call, the boundary's copies,
 the executor's own work), as the step's wall time minus the sum of its kernels.
 """
+# Not named profile.py: bench/ is on sys.path, and that would hide the standard library's profile
+# module, which cProfile, and so torch._dynamo, imports.
 import argparse
 import collections
 import json
