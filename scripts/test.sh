@@ -15,5 +15,5 @@ for level in default 0; do
   if [ "$level" = default ]; then unset ONNXTRAIN_OPT_LEVEL; else export ONNXTRAIN_OPT_LEVEL=$level; selection=(-m "not zoo"); fi
   echo "== tests with the graph optimizer at level $level"
   (cd build && ctest --output-on-failure -j "$(nproc)")
-  PYTHONPATH="$PWD/python" "$PYTHON" -m pytest -q -n "${ONNXTRAIN_TEST_WORKERS:-auto}" --dist loadgroup tests/python "${selection[@]}" "$@"
+  PYTHONPATH="$PWD/python" "$PYTHON" -m pytest -q -n "${ONNXTRAIN_TEST_WORKERS:-auto}" tests/python "${selection[@]}" "$@"
 done

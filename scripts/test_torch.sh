@@ -11,4 +11,4 @@ shift || true
 ./scripts/build.sh
 python_bin=$(./scripts/torch_venv.sh "$version")
 echo "== Python tests on torch $version ($python_bin)"
-PYTHONPATH="$PWD/python" "$python_bin" -m pytest -q -n "${ONNXTRAIN_TEST_WORKERS:-auto}" --dist loadgroup tests/python "$@"
+PYTHONPATH="$PWD/python" "$python_bin" -m pytest -q -n "${ONNXTRAIN_TEST_WORKERS:-auto}" tests/python "$@"

@@ -91,14 +91,13 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_configure(config):
     config.addinivalue_line("markers", "zoo: a model of a zoo (HuggingFace, timm) trained at the float64 floor; "
                                        "scripts/test.sh runs these at the default optimizer level only")
-    config.addinivalue_line("markers", "xdist_group(name): tests one pytest-xdist worker runs together")
 
 
 def pytest_collection_modifyitems(session, config, items):
-    # pytest-xdist hands tests out in collection order. The long ones (the zoos' models, the audits'
-    # subprocesses) go first, so that the workers finish together instead of one of them running
-    # the alphabetically last files alone at the end.
-    items.sort(key=lambda item: 0 if item.get_closest_marker("zoo") or item.get_closest_marker("xdist_group") else 1)
+    # pytest-xdist hands tests out in collection order. The long ones (the zoos' models and audits)
+    # go first, so that the workers finish together instead of one of them running the
+    # alphabetically last files alone at the end.
+    items.sort(key=lambda item: 0 if item.get_closest_marker("zoo") or "every_node" in item.name else 1)
 
 
 @pytest.fixture

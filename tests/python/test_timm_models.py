@@ -93,10 +93,11 @@ ILL_CONDITIONED = ["densenet121", "dpn68", "efficientnet_b0", "ghostnet_050", "h
                    "mnasnet_small", "mobilenetv2_035", "mobilenetv3_small_050", "rexnet_100", "tinynet_e"]
 
 
-@pytest.mark.parametrize("isa", zoo_audit.isa_settings("timm"))
-@pytest.mark.parametrize("name", ILL_CONDITIONED)
-def test_ill_conditioned_timm_model_every_node_matches_its_float64_twin(name, isa):
-    zoo_audit.check(zoo_audit.audits_at(os.path.abspath(__file__), isa)[name], name)
+@pytest.mark.parametrize("isa", zoo_audit.isa_settings())
+def test_ill_conditioned_timm_models_every_node_matches_its_float64_twin(isa):
+    results = zoo_audit.audits_at(os.path.abspath(__file__), isa)
+    assert sorted(results) == sorted(ILL_CONDITIONED)
+    zoo_audit.check_every_model(results)
 
 
 if __name__ == "__main__":

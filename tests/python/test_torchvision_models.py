@@ -73,10 +73,11 @@ def test_torchvision_model_trains_at_the_float64_floor(name):
     assert not problems, f"{name}:\n" + "\n".join(problems[:20])
 
 
-@pytest.mark.parametrize("isa", zoo_audit.isa_settings("torchvision"))
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_torchvision_model_every_node_matches_its_float64_twin(name, isa):
-    zoo_audit.check(zoo_audit.audits_at(os.path.abspath(__file__), isa)[name], name)
+@pytest.mark.parametrize("isa", zoo_audit.isa_settings())
+def test_torchvision_models_every_node_matches_its_float64_twin(isa):
+    results = zoo_audit.audits_at(os.path.abspath(__file__), isa)
+    assert sorted(results) == sorted(sorted(MODELS))
+    zoo_audit.check_every_model(results)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ error. This judges the kernels where a step comparison with eager cannot: a mode
 float32 run is itself far from float64 hides a kernel error of that size in its rounding.
 
 oneDNN reads ONEDNN_MAX_CPU_ISA once per process, so each ISA setting audits in a fresh process:
-the zoo's test module, run as a script with --audit, prints one JSON line (see run_as_script).
+the zoo's test module, run as a script with --audit, prints one JSON line (see run_as_script). A
+zoo's audit is one test per ISA setting: per-model tests would share that subprocess through a
+cache that each pytest-xdist worker holds alone, and so run it once per worker.
 """
-import functools
 import json
 import os
 import subprocess
@@ -52,15 +53,11 @@ def isa_below_host():
     return "AVX2" if "avx512f" in flags else "SSE41"
 
 
-def isa_settings(zoo):
-    """The ISA parameters of a zoo's audit test: the host's (None) and the one below it. Each is an
-    xdist group (scripts run pytest with --dist loadgroup), so that one worker runs its audit
-    subprocess once, instead of every worker that draws one of its tests running it again."""
-    return [pytest.param(None, id="host_isa", marks=pytest.mark.xdist_group(f"{zoo}-audit-host")),
-            pytest.param(isa_below_host(), id="isa_below_host", marks=pytest.mark.xdist_group(f"{zoo}-audit-below"))]
+def isa_settings():
+    """The ISA parameter of a zoo's audit test: the host's (None) and the one below it."""
+    return [pytest.param(None, id="host_isa"), pytest.param(isa_below_host(), id="isa_below_host")]
 
 
-@functools.lru_cache(maxsize=None)
 def audits_at(script, isa):
     """worst_nodes of every model of `script` (a zoo test module), audited in a fresh process with
     oneDNN capped at `isa` (None: the host's)."""
@@ -73,12 +70,17 @@ def audits_at(script, isa):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def check(result, name):
-    """The assertions of an audit test on one model's entry of audits_at."""
-    assert not result["not_compared"], f"{name}: nodes without a float64 twin: {result['not_compared'][:5]}"
-    assert result["rel_error"] <= AUDIT_TOLERANCE, (
-        f"{name}: {result['graph']} {result['op_type']} {result['node']} is {result['rel_error']:.2e} from its "
-        f"float64 twin, above {AUDIT_TOLERANCE:.0e}")
+def check_every_model(results):
+    """The assertion of a zoo's audit test, over every model of one audits_at: one test per ISA
+    setting runs one subprocess for the whole zoo, and its message names each model that fails."""
+    problems = []
+    for name, result in sorted(results.items()):
+        if result["not_compared"]:
+            problems.append(f"{name}: nodes without a float64 twin: {result['not_compared'][:5]}")
+        if result["rel_error"] > AUDIT_TOLERANCE:
+            problems.append(f"{name}: {result['graph']} {result['op_type']} {result['node']} is "
+                            f"{result['rel_error']:.2e} from its float64 twin, above {AUDIT_TOLERANCE:.0e}")
+    assert not problems, "\n".join(problems)
 
 
 def run_as_script(names, case):
