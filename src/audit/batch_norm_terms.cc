@@ -71,6 +71,20 @@ void check_inputs(const char* what, const Tensor& x, const Tensor& dy = Tensor()
            " terms need a float64 dY shaped like X ", x.str(), ", got ", dy.str());
 }
 
+// What both BatchNormGrad formulas read: dY and X per channel, and the batch statistics.
+struct GradientInputs {
+  GradientInputs(const Tensor& dy_t, const Tensor& x_t, const Tensor& saved_mean, const Tensor& saved_inv_std,
+                 double epsilon)
+      : view((check_inputs("BatchNormGrad", x_t, dy_t), x_t)),
+        stats(statistics(x_t, view, saved_mean, saved_inv_std, epsilon)),
+        x(x_t.data<double>()),
+        dy(dy_t.data<double>()) {}
+  ChannelView view;
+  ChannelStatistics stats;
+  const double* x;
+  const double* dy;
+};
+
 double channel_value(const Tensor& t, int64_t c) { return t.defined() ? t.item_as_double(c) : 0.0; }
 
 bool trains(const Node& node) { return node.attr_int("training_mode", 1) != 0; }
@@ -112,11 +126,10 @@ Tensor batch_norm_output_terms(const Tensor& x, const Tensor& scale, const Tenso
 
 Tensor batch_norm_input_grad_terms(const Tensor& dy, const Tensor& x, const Tensor& scale, const Tensor& saved_mean,
                                    const Tensor& saved_inv_std, double epsilon) {
-  check_inputs("BatchNormGrad", x, dy);
-  const ChannelView view(x);
-  const ChannelStatistics s = statistics(x, view, saved_mean, saved_inv_std, epsilon);
-  const double* px = x.data<double>();
-  const double* pdy = dy.data<double>();
+  const GradientInputs in(dy, x, saved_mean, saved_inv_std, epsilon);
+  const ChannelView& view = in.view;
+  const ChannelStatistics& s = in.stats;
+  const double *px = in.x, *pdy = in.dy;
   Tensor terms = Tensor::zeros(DType::Float64, x.shape());
   double* out = terms.data<double>();
   for (int64_t c = 0; c < view.channels; ++c) {
@@ -138,11 +151,10 @@ Tensor batch_norm_input_grad_terms(const Tensor& dy, const Tensor& x, const Tens
 
 Tensor batch_norm_scale_grad_terms(const Tensor& dy, const Tensor& x, const Tensor& saved_mean,
                                    const Tensor& saved_inv_std, double epsilon) {
-  check_inputs("BatchNormGrad", x, dy);
-  const ChannelView view(x);
-  const ChannelStatistics s = statistics(x, view, saved_mean, saved_inv_std, epsilon);
-  const double* px = x.data<double>();
-  const double* pdy = dy.data<double>();
+  const GradientInputs in(dy, x, saved_mean, saved_inv_std, epsilon);
+  const ChannelView& view = in.view;
+  const ChannelStatistics& s = in.stats;
+  const double *px = in.x, *pdy = in.dy;
   Tensor terms = Tensor::zeros(DType::Float64, {view.channels});
   double* out = terms.data<double>();
   for (int64_t c = 0; c < view.channels; ++c) {
