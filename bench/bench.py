@@ -333,6 +333,10 @@ def orchestrate(args):
     unknown = [c for c in args.contenders if c not in contenders.CONTENDERS]
     if unknown:
         sys.exit(f"unknown contenders {unknown}; there are {list(contenders.CONTENDERS)}")
+    if args.readme:
+        update_readme(assembled_table(_machine(), args.contenders))
+        print("[bench] README.md table rewritten from bench/results/rows/", flush=True)
+        return
     args.thread_counts = [int(t) for t in args.threads_list.split(",")]
     if args.threads_list != "1,2" and args.check:
         sys.exit("--check needs both thread counts")
@@ -483,6 +487,8 @@ def stored_rows(machine, names):
                 stored = json.load(f)
         if stored and stored["meta"]["machine"] == machine and stored["meta"]["contenders"] == list(names):
             stored["meta"]["peaks"] = {int(k): v for k, v in stored["meta"]["peaks"].items()}
+            row = stored["row"]
+            row["fastest_peer"] = {int(k): v for k, v in row.get("fastest_peer", {}).items()}  # JSON keys are strings
             found.append(stored)
         else:
             missing.append(model)
@@ -552,6 +558,8 @@ def main():
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--quick", action="store_true", help="skip the GEMM-efficiency profile")
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    p.add_argument("--readme", action="store_true", help="only rewrite README.md's table from the stored rows "
+                   "(bench/results/rows/) of this machine and the contenders")
     p.add_argument("--threads-list", default="1,2", help="thread counts to measure; anything but 1,2 is a quick "
                    "look that writes no table")
     p.add_argument("--memory-optimization", choices=["none", "recompute"], default=None,

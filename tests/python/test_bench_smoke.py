@@ -90,7 +90,8 @@ def test_the_readme_table_is_assembled_from_stored_rows_of_this_machine(tmp_path
     monkeypatch.setattr(bench, "ROWS_DIR", str(tmp_path))
     names = ["eager-1.13", "onnxtrain-1.13"]
     row = dict(model="cnn", title="the cnn", batch=8, failed={}, step={"eager-1.13@1": dict(median=2e-3, min=2e-3, max=2e-3)},
-               pct_limit={}, ratio={}, first={}, rss={}, evidence={}, loss_diff={})
+               pct_limit={}, ratio={"onnxtrain-1.13@1": dict(median=1.5, min=1.4, max=1.6)}, first={}, rss={},
+               evidence={}, loss_diff={}, fastest_peer={1: "eager-1.13", 2: "eager-1.13"})
     meta = dict(date="2026-12-03", machine="this box", peaks={1: 100.0, 2: 190.0}, rounds=3, contenders=names)
     bench.store_rows([row], meta)
     other = dict(row, model="demo_mlp", title="the demo")
@@ -98,6 +99,7 @@ def test_the_readme_table_is_assembled_from_stored_rows_of_this_machine(tmp_path
     table = bench.assembled_table("this box", names)
     assert "| the cnn | 8 | 2.00 |" in table and "the demo" not in table
     assert "sgemm peak 100 GFLOP/s at 1 thread, 190 at 2" in table
+    assert "cnn onnxtrain-1.13 1t: step 1.50 x eager-1.13's" in table  # a target read from the stored row
     missing = table.split("Not yet measured on this machine")[1]
     assert "demo_mlp" in missing and "cnn," not in missing and len(missing.split(", ")) == len(models.ZOO) - 1
 
