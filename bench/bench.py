@@ -88,6 +88,7 @@ class Contender:
             self.model, self.opt = net, torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
         else:
             self.model, self.opt = contenders.wrap(name, net)
+        self.train = contenders.train_step(name, self.model, self.opt)
         self.net = net
         self.step_index = 0
         self.losses = []
@@ -96,10 +97,7 @@ class Contender:
         batch = self.batches[self.step_index % len(self.batches)]
         self.step_index += 1
         start = time.perf_counter()
-        self.opt.zero_grad(set_to_none=True)
-        loss = self.model(*batch)
-        loss.backward()
-        self.opt.step()
+        loss = self.train(*batch)
         elapsed = time.perf_counter() - start
         self.losses.append(loss.item())
         return elapsed
@@ -121,7 +119,7 @@ def run_single(args):
         import models
         result["flops"] = models.train_flops(c.net, c.batches[0])
     if args.contender != "eager64":
-        result.update(contenders.evidence(args.contender, c.model))
+        result.update(contenders.evidence(args.contender, c.model, c.train))
     if args.gemm_efficiency:
         result.update(gemm_efficiency(c))
     print("RESULT " + json.dumps(result))
@@ -273,7 +271,7 @@ def _summarize(row, flops, peaks, args):
             if threads == 1:
                 row["first"][c] = statistics.median(r["first"] for r in rs)
                 row["rss"][c] = statistics.median(r["rss_mb"] for r in rs)
-                row["evidence"][c] = {k: v for k, v in rs[0].items() if k in ("graphs", "graph_breaks")}
+                row["evidence"][c] = {k: v for k, v in rs[0].items() if k in ("graphs", "graph_breaks", "whole_steps")}
                 if "gemm_gflops" in rs[0]:
                     row["gemm_gflops"] = rs[0]["gemm_gflops"]
                     row["gemm_efficiency"] = rs[0]["gemm_gflops"] / peaks[1]

@@ -24,14 +24,18 @@ CONTENDERS = {
     f"ort-{ORT_VERSION}": ("ort", "ort"),
     "onnxtrain-1.13": ("system", "onnxtrain"),
     "onnxtrain-2.15": (NEWEST_TORCH, "onnxtrain"),
+    # The same engine through onnxtrain.TrainStep: forward, backward and the update in one call.
+    "onnxtrain-step-1.13": ("system", "onnxtrain_step"),
+    "onnxtrain-step-2.15": (NEWEST_TORCH, "onnxtrain_step"),
     "eager-current": ("current", "eager"),
     "onnxtrain-current": ("current", "onnxtrain"),
+    "onnxtrain-step-current": ("current", "onnxtrain_step"),
 }
 DEFAULT = [name for name, (environment, _) in CONTENDERS.items() if environment != "current"]
 
 
 def is_ours(name):
-    return CONTENDERS[name][1] == "onnxtrain"
+    return CONTENDERS[name][1] in ("onnxtrain", "onnxtrain_step")
 
 
 def peers(names):
@@ -71,7 +75,7 @@ def wrap(name, net, lr=0.01, momentum=0.9):
     import torch
 
     kind = CONTENDERS[name][1]
-    if kind == "onnxtrain":
+    if kind in ("onnxtrain", "onnxtrain_step"):
         import onnxtrain
         model = onnxtrain.ORTModule(net)
         return model, onnxtrain.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -87,6 +91,22 @@ def wrap(name, net, lr=0.01, momentum=0.9):
         from onnxruntime.training.ortmodule import ORTModule
         return ORTModule(net), optimizer
     raise ValueError(f"unknown contender kind {kind!r}")
+
+
+def train_step(name, model, optimizer):
+    """The contender's training step, a callable from a batch to the loss: the four lines of a
+    PyTorch loop, or onnxtrain.TrainStep's one engine call."""
+    if name in CONTENDERS and CONTENDERS[name][1] == "onnxtrain_step":
+        import onnxtrain
+        return onnxtrain.TrainStep(model, optimizer)
+
+    def step(*batch):
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(*batch)
+        loss.backward()
+        optimizer.step()
+        return loss
+    return step
 
 
 def _give_ort_sessions_torchs_threads(threads):
@@ -107,19 +127,23 @@ def _give_ort_sessions_torchs_threads(threads):
 def environment_variables(name):
     """Settings that make a contender fail loudly instead of quietly running eager PyTorch."""
     kind = CONTENDERS[name][1]
-    if kind == "onnxtrain":
+    if kind in ("onnxtrain", "onnxtrain_step"):
         return {"ONNXTRAIN_FALLBACK": "0"}
     if kind == "ort":
         return {"ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
     return {}
 
 
-def evidence(name, model):
+def evidence(name, model, step):
     """What shows that the wrapper itself ran the steps (raises where it did not)."""
     kind = CONTENDERS[name][1]
     if kind == "onnxtrain":
         assert model.fallback_reason is None, model.fallback_reason
         return {}
+    if kind == "onnxtrain_step":
+        assert model.fallback_reason is None, model.fallback_reason
+        assert step.whole_steps > 0, "onnxtrain.TrainStep ran no step as one engine call"
+        return dict(whole_steps=step.whole_steps)
     if kind.startswith("compile"):
         from torch._dynamo.utils import counters
         graphs = counters["stats"]["unique_graphs"]

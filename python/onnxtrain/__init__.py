@@ -4,6 +4,7 @@ from . import _C, optim, profiler
 from .capture import ExportError, InputDtypeError
 from ._options import DebugOptions, LogLevel
 from .ortmodule import ORTModule
+from .train_step import TrainStep
 # After the submodule's import, so that onnxtrain.audit names the function, not the module.
 from .audit import AuditReport, AuditRow, audit  # noqa: E402
 
@@ -12,5 +13,5 @@ UnsupportedError = _C.UnsupportedError
 set_num_threads = _C.set_num_threads
 get_num_threads = _C.get_num_threads
 
-__all__ = ["ORTModule", "DebugOptions", "LogLevel", "ExportError", "InputDtypeError", "EngineError", "UnsupportedError",
+__all__ = ["ORTModule", "TrainStep", "DebugOptions", "LogLevel", "ExportError", "InputDtypeError", "EngineError", "UnsupportedError",
            "set_num_threads", "get_num_threads", "audit", "AuditReport", "AuditRow"]

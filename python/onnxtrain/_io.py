@@ -177,3 +177,29 @@ def tensor_paths(schema):
 def tensor_signature(tensors):
     """What of the tensors themselves decides whether an exported graph still fits them."""
     return tuple((t.dtype, t.dim()) for t in tensors)
+
+
+try:  # torch 2.4+ asks per device type
+    torch.is_autocast_enabled("cpu")
+
+    def autocast_state():
+        """The autocast settings a trace bakes in (an export under autocast holds its casts), as
+        part of what keys a call's graphs; () when autocast is off."""
+        return tuple((device, torch.get_autocast_dtype(device)) for device in ("cpu", "cuda")
+                     if torch.is_autocast_enabled(device))
+except TypeError:
+    def autocast_state():
+        """The autocast settings a trace bakes in (an export under autocast holds its casts), as
+        part of what keys a call's graphs; () when autocast is off."""
+        state = ()
+        if torch.is_autocast_cpu_enabled():
+            state += (("cpu", torch.get_autocast_cpu_dtype()),)
+        if torch.is_autocast_enabled():
+            state += (("cuda", torch.get_autocast_gpu_dtype()),)
+        return state
+
+
+def call_signature(tensors):
+    """What decides whether an exported graph still fits a call, beside its input structure: the
+    tensors' dtypes and ranks, and autocast."""
+    return tensor_signature(tensors), autocast_state()

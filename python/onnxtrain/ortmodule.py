@@ -192,7 +192,7 @@ class ORTModule(torch.nn.Module):
         differ (see _run_fitting_export); the one that ran last is tried first."""
         tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
         training = self._original_module.training
-        call = (training, schema, _io.tensor_signature(tensors))
+        call = (training, schema, _io.call_signature(tensors))
         key = call + (self._last_variant.get(call, 0) if variant is None else variant,)
         entry = None if full_trace else self._graphs.get(key)
         if entry is not None and not entry[2].unchanged():
@@ -217,6 +217,24 @@ class ORTModule(torch.nn.Module):
         graphs, params, _ = entry
         return graphs, params, tensors
 
+    def _ready_graphs(self, args, kwargs):
+        """(graphs, parameter lookup, input tensors) of this call when an earlier call ran the same
+        graphs through the engine and nothing invalidated them since (no export, retry or
+        fallback to expect); None otherwise. For onnxtrain.TrainStep's whole step."""
+        if self._fallback_reason is not None:
+            return None
+        try:
+            tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
+        except _io.UnsupportedTypeError:
+            return None
+        call = (self._original_module.training, schema, _io.call_signature(tensors))
+        key = call + (self._last_variant.get(call, 0),)
+        entry = self._graphs.get(key)
+        if entry is None or not entry[0].proven or not entry[2].unchanged() or entry[0].exported.misfit(tensors):
+            return None
+        self._graphs.move_to_end(key)
+        return entry[0], entry[1], tensors
+
     def _bake_numbers(self, args, kwargs, why):
         """From now on the module's Python number arguments are baked into its exports as the
         numbers they are, so each value gets its own export, as correctness requires."""
@@ -234,7 +252,7 @@ class ORTModule(torch.nn.Module):
         the same call structure that fits, or on a new one traced from these inputs, which is kept
         beside the others (a last, smaller batch alternates with the full ones)."""
         tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
-        call = (self._original_module.training, schema, _io.tensor_signature(tensors))
+        call = (self._original_module.training, schema, _io.call_signature(tensors))
         if failed.exported.shrunk and not failed.proven:  # traced on a cut-down batch: never fit
             for key in [k for k, v in self._graphs.items() if v[0] is failed]:
                 del self._graphs[key]

@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "onnx/model_io.h"
 #include "optim/fused_step.h"
+#include "optim/fused_update.h"
 #include "ops/registry.h"
 #include "runtime/arena_pool.h"
 #include "runtime/blas.h"
@@ -112,9 +113,7 @@ class PyTrainingSession {
   }
 
   py::tuple backward(ForwardCall& call, const py::list& grads) {
-    std::vector<Tensor> in;
-    for (size_t i = 0; i < grads.size(); ++i)
-      in.push_back(grads[i].is_none() ? Tensor() : tensor_from_capsule(grads[i].cast<py::capsule>(), grad_dtypes_[i]));
+    std::vector<Tensor> in = output_grads_from(grads);
     std::vector<Tensor> out;
     {
       py::gil_scoped_release nogil;
@@ -123,10 +122,38 @@ class PyTrainingSession {
     return capsules_from(out);
   }
 
+  // The whole step (onnxtrain.TrainStep): forward, backward from `grads`, then the optimizer's
+  // `updates` on the wrt gradients, in one call without the GIL. Returns the forward's outputs,
+  // their bool positions, and the wrt gradients (what param.grad shows afterwards).
+  py::tuple train_step(const py::list& inputs, uint64_t seed, const py::list& grads,
+                       const std::vector<FusedUpdate>& updates) {
+    std::vector<Tensor> in = tensors_from(inputs, input_dtypes_);
+    std::vector<Tensor> output_grads = output_grads_from(grads);
+    std::vector<Tensor> out, wrt_grads;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_ptr<ForwardCall> call = session_->forward(in, seed, out);
+      wrt_grads = session_->backward(*call, output_grads);
+      apply_fused_updates(ThreadPool::global(), updates, wrt_grads, session_->training_graph().wrt);
+    }
+    py::tuple caps = capsules_from(out);
+    py::tuple grad_caps = capsules_from(wrt_grads);
+    return py::make_tuple(caps[0], caps[1], grad_caps[0]);
+  }
+
   const TrainingGraph& graph() const { return session_->training_graph(); }
   void save_graphs(const std::string& prefix) const { session_->save_graphs(prefix); }
 
  private:
+  std::vector<Tensor> output_grads_from(const py::list& grads) const {
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < grads.size(); ++i)
+      out.push_back(grads[i].is_none() ? Tensor()
+                                       : tensor_from_capsule(grads[i].cast<py::capsule>(),
+                                                             i < grad_dtypes_.size() ? grad_dtypes_[i] : DType::Undefined));
+    return out;
+  }
+
   std::unique_ptr<TrainingSession> session_;
   std::vector<DType> input_dtypes_, grad_dtypes_;
 };
@@ -227,6 +254,39 @@ PYBIND11_MODULE(_C, m) {
     adam_step(ThreadPool::global(), t, m1, m2, mx, steps,
               {lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled});
   });
+  // The optimizer updates of onnxtrain.TrainStep: like sgd_step and adam_step, with each
+  // gradient named by its position among the training step's wrt gradients.
+  py::class_<FusedUpdate>(m, "FusedUpdate");
+  m.def("sgd_update", [](const std::vector<uintptr_t>& params, std::vector<int> grad_index, std::vector<int64_t> numel,
+                         const std::vector<uintptr_t>& bufs, std::vector<uint8_t> first_step, double lr,
+                         double momentum, double dampening, double weight_decay, bool nesterov, bool maximize) {
+    FusedUpdate u;
+    u.kind = FusedUpdate::Kind::Sgd;
+    u.params = as_pointers<float>(params);
+    u.grad_index = std::move(grad_index);
+    u.numel = std::move(numel);
+    u.momentum_buffers = as_pointers<float>(bufs);
+    u.first_step = std::move(first_step);
+    u.sgd = {lr, momentum, dampening, weight_decay, nesterov, maximize};
+    return u;
+  });
+  m.def("adam_update", [](const std::vector<uintptr_t>& params, std::vector<int> grad_index, std::vector<int64_t> numel,
+                          const std::vector<uintptr_t>& exp_avg, const std::vector<uintptr_t>& exp_avg_sq,
+                          const std::vector<uintptr_t>& max_exp_avg_sq, std::vector<double> steps, double lr,
+                          double beta1, double beta2, double eps, double weight_decay, bool amsgrad, bool maximize,
+                          bool decoupled) {
+    FusedUpdate u;
+    u.kind = FusedUpdate::Kind::Adam;
+    u.params = as_pointers<float>(params);
+    u.grad_index = std::move(grad_index);
+    u.numel = std::move(numel);
+    u.exp_avg = as_pointers<float>(exp_avg);
+    u.exp_avg_sq = as_pointers<float>(exp_avg_sq);
+    u.max_exp_avg_sq = as_pointers<float>(max_exp_avg_sq);
+    u.steps = std::move(steps);
+    u.adam = {lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled};
+    return u;
+  });
   m.def("sgemm_gflops", [](int64_t n, int repeats) {
     // The engine's own float32 GEMM at n x n x n on the current pool: best of `repeats`.
     std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
@@ -280,6 +340,8 @@ PYBIND11_MODULE(_C, m) {
       .def("forward", &PyTrainingSession::forward, py::arg("inputs"), py::arg("seed") = 0,
            py::arg("audit") = nullptr)
       .def("backward", &PyTrainingSession::backward, py::arg("call"), py::arg("grads"))
+      .def("train_step", &PyTrainingSession::train_step, py::arg("inputs"), py::arg("seed"), py::arg("grads"),
+           py::arg("updates"))
       .def("save_graphs", &PyTrainingSession::save_graphs)
       .def_property_readonly("forward_inputs", [](const PyTrainingSession& s) { return s.graph().forward_inputs; })
       .def_property_readonly("forward_outputs", [](const PyTrainingSession& s) { return s.graph().forward_outputs; })

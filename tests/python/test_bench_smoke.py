@@ -10,7 +10,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 def test_bench_runs_one_model_in_rounds_of_fresh_processes(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--models", "demo_mlp", "--steps", "2",
            "--warmup", "2", "--rounds", "1", "--agreement-steps", "3", "--quick", "--out", str(tmp_path),
-           "--contenders", "eager-current,onnxtrain-current"]
+           "--contenders", "eager-current,onnxtrain-current,onnxtrain-step-current"]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -19,14 +19,18 @@ def test_bench_runs_one_model_in_rounds_of_fresh_processes(tmp_path):
     assert report["meta"]["peaks"]["1"] > 0
     (row,) = report["rows"]
     assert row["model"] == "demo_mlp" and row["flops"] > 0 and row["failed"] == {}
-    for key in ("eager-current@1", "onnxtrain-current@1", "eager-current@2", "onnxtrain-current@2"):
+    ours = ("onnxtrain-current", "onnxtrain-step-current")
+    for key in [f"{c}@{t}" for c in ("eager-current",) + ours for t in (1, 2)]:
         step = row["step"][key]
         assert step["median"] > 0 and step["min"] <= step["median"] <= step["max"], key
         assert row["pct_limit"][key] > 0, key
-    for key in ("onnxtrain-current@1", "onnxtrain-current@2"):
+    ratios = [f"{c}@{t}" for c in ours for t in (1, 2)]
+    for key in ratios:
         assert row["ratio"][key]["median"] > 0, key
-    assert set(row["ratio"]) == {"onnxtrain-current@1", "onnxtrain-current@2"}  # the peers get no ratio
-    for c in ("eager-current", "onnxtrain-current"):
+    assert set(row["ratio"]) == set(ratios)  # the peers get no ratio
+    # TrainStep's contender ran its timed steps as one engine call each (its first step proves the graph).
+    assert row["evidence"]["onnxtrain-step-current"]["whole_steps"] >= 2
+    for c in ("eager-current",) + ours:
         assert row["first"][c] > 0 and row["rss"][c] > 0, c
         # Dropout 0 and no BatchNorm: both stay within float32 rounding of the float64 run.
         assert row["loss_diff"][c] < 1e-5, c

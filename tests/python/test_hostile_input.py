@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 import onnxtrain
-from onnxtrain import _cache
+from onnxtrain import _cache, _io
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(onnxtrain.__file__))
 
@@ -176,7 +176,7 @@ def test_a_malicious_pickle_in_the_cache_runs_no_code(tmp_path, monkeypatch):
 
     monkeypatch.setenv("ONNXTRAIN_CACHE_DIR", str(tmp_path / "cache"))
     module, x = model_and_input()
-    key = _cache.key(module, True, ((("T", 0),), ()), ((torch.float32, 2),))
+    key = _cache.key(module, True, ((("T", 0),), ()), _io.call_signature([x]))
     os.makedirs(tmp_path / "cache")
     for suffix in (".onnxexport", ".export"):  # today's entry name and the pickle era's
         (tmp_path / "cache" / (key + suffix)).write_bytes(pickle.dumps(Payload()))

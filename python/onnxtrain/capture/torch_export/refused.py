@@ -144,8 +144,9 @@ def refuse_differing_ops(program):
         value = node.meta.get("val")
         dtype = str(getattr(value, "dtype", "")).replace("torch.", "")
         if dtype in _HALF:
-            raise NotCapturable(f"node {node.name} computes in {dtype}: onnxscript reduces and computes gelu in "
-                                "the tensor's own precision, where eager accumulates in float32")
+            raise NotCapturable(f"node {node.name} computes in {dtype}, and this capture takes no half-precision "
+                                "node: onnxscript computes reductions and gelu in the tensor's own precision, where "
+                                "eager accumulates in float32")
         if dtype == "float64":
             raise NotCapturable(f"node {node.name} computes in float64: onnxscript writes Python float constants "
                                 "through float32, which loses a float64 model's precision")
