@@ -34,6 +34,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,6 +57,7 @@ def _threads_env(threads):
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                ONNXTRAIN_NUM_THREADS=str(threads), ONNXTRAIN_FALLBACK="0")
+    env.pop("ONNXTRAIN_CACHE_DIR", None)  # onnxtrain starts cold too: no export read from disk
     return env
 
 
@@ -147,8 +149,6 @@ def _timed(fn):
 def gemm_efficiency(contender):
     """The engine's GEMM GFLOP/s in the large MLP: its GEMM FLOPs over the time its GEMM kernels
     took (the best of five profiled steps per node, as the peak is a best of five)."""
-    import tempfile
-
     import models
     import onnxtrain
     flops = models.train_flops(contender.net, contender.batches[0])
@@ -171,9 +171,13 @@ def gemm_efficiency(contender):
 def _spawn(python, mode, threads, extra, contender=None):
     import contenders
     cmd = [python, os.path.abspath(__file__), "--mode", mode, "--threads", str(threads)] + extra
-    env = dict(_threads_env(threads), **(contenders.environment_variables(contender) if contender else {}))
-    env.setdefault("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    # Every process starts cold: torch.compile's on-disk caches (inductor's FX graph and autotuning
+    # caches, Triton's) would otherwise serve later rounds and hide the compilation in the first step.
+    with tempfile.TemporaryDirectory(prefix="bench-caches-") as caches:
+        env = dict(_threads_env(threads), **(contenders.environment_variables(contender) if contender else {}),
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"), TRITON_CACHE_DIR=os.path.join(caches, "triton"))
+        env.setdefault("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])

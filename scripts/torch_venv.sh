@@ -20,6 +20,11 @@ case "$version" in
   *) zoo=("transformers==5.24.0" "timm==1.0.31" "accelerate==1.16.0") ;;
 esac
 if [ "$version" = system ]; then
+  # Debian's torch must be installed before the venv: pip would otherwise satisfy the zoos' torch
+  # requirement from PyPI, and "torch 1.13" would silently be PyPI's newest.
+  if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    "$(dirname "$0")/setup.sh" >&2
+  fi
   venv="$root/debian-system"
   requirements=("${zoo[@]}" "$@")
   venv_options=(--system-site-packages)
@@ -43,6 +48,14 @@ if [ ! -f "$stamp" ]; then
   [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "${venv_options[@]}" "$venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
   "$venv/bin/python" -m pip install -q "${requirements[@]}" >&2
+  if [ "$version" = system ]; then
+    system_torch=$(/usr/bin/python3 -c 'import torch; print(torch.__file__)')
+    venv_torch=$("$venv/bin/python" -c 'import torch; print(torch.__file__)' 2>/dev/null)
+    if [ "$venv_torch" != "$system_torch" ]; then
+      echo "torch_venv.sh: $venv imports torch from $venv_torch, not Debian's $system_torch; remove the venv and run again" >&2
+      exit 1
+    fi
+  fi
   touch "$stamp"
 fi
 echo "$venv/bin/python"

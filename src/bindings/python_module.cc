@@ -200,6 +200,16 @@ TensorList tensor_list(const std::vector<uintptr_t>& params, const std::vector<u
   return TensorList{as_pointers<float>(params), as_pointers<const float>(grads), std::move(numel)};
 }
 
+FusedUpdate fused_update(FusedUpdate::Kind kind, const std::vector<uintptr_t>& params, std::vector<int> grad_index,
+                         std::vector<int64_t> numel) {
+  FusedUpdate u;
+  u.kind = kind;
+  u.params = as_pointers<float>(params);
+  u.grad_index = std::move(grad_index);
+  u.numel = std::move(numel);
+  return u;
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "onnxtrain C++ engine";
   static py::exception<Error> engine_error(m, "EngineError", PyExc_RuntimeError);
@@ -260,11 +270,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("sgd_update", [](const std::vector<uintptr_t>& params, std::vector<int> grad_index, std::vector<int64_t> numel,
                          const std::vector<uintptr_t>& bufs, std::vector<uint8_t> first_step, double lr,
                          double momentum, double dampening, double weight_decay, bool nesterov, bool maximize) {
-    FusedUpdate u;
-    u.kind = FusedUpdate::Kind::Sgd;
-    u.params = as_pointers<float>(params);
-    u.grad_index = std::move(grad_index);
-    u.numel = std::move(numel);
+    FusedUpdate u = fused_update(FusedUpdate::Kind::Sgd, params, std::move(grad_index), std::move(numel));
     u.momentum_buffers = as_pointers<float>(bufs);
     u.first_step = std::move(first_step);
     u.sgd = {lr, momentum, dampening, weight_decay, nesterov, maximize};
@@ -275,11 +281,7 @@ PYBIND11_MODULE(_C, m) {
                           const std::vector<uintptr_t>& max_exp_avg_sq, std::vector<double> steps, double lr,
                           double beta1, double beta2, double eps, double weight_decay, bool amsgrad, bool maximize,
                           bool decoupled) {
-    FusedUpdate u;
-    u.kind = FusedUpdate::Kind::Adam;
-    u.params = as_pointers<float>(params);
-    u.grad_index = std::move(grad_index);
-    u.numel = std::move(numel);
+    FusedUpdate u = fused_update(FusedUpdate::Kind::Adam, params, std::move(grad_index), std::move(numel));
     u.exp_avg = as_pointers<float>(exp_avg);
     u.exp_avg_sq = as_pointers<float>(exp_avg_sq);
     u.max_exp_avg_sq = as_pointers<float>(max_exp_avg_sq);
