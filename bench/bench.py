@@ -23,6 +23,7 @@ A run by the README's method (every contender, the zoo's steps, 3+ rounds, no --
 each model's row in bench/results/rows/ and rewrites README.md's table from every stored row of
 this machine, naming the zoo models not measured yet; any other run leaves both alone.
   bench/run --check                       # exit 1 when a target is missed
+  bench/run --readme --check              # the same for the stored rows, measuring nothing
 """
 import argparse
 import datetime
@@ -192,7 +193,15 @@ def _why(text):
     """The last error line of a failed process: what the table says."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Failed)\b", line)]
-    return (errors or lines or ["no output"])[-1][:300]
+    why = (errors or lines or ["no output"])[-1]
+    if re.fullmatch(r"[\w.]+", why):  # an exception without a message (a bare assert): say where it was raised
+        frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
+        if frames:
+            where = re.sub(r'^File "(?:.*/site-packages/)?([^"]*)", line (\d+), in (\S+)', r"\1:\2 in \3",
+                           lines[frames[-1]])
+            code = lines[frames[-1] + 1] if frames[-1] + 1 < len(lines) else ""
+            why = f"{why} at {where}: {code}"
+    return why[:300]
 
 
 def _spread(values):
@@ -338,6 +347,12 @@ def orchestrate(args):
     if args.readme:
         update_readme(assembled_table(_machine(), args.contenders))
         print("[bench] README.md table rewritten from bench/results/rows/", flush=True)
+        if args.check:  # the stored rows' targets, without measuring again
+            missed = misses([stored["row"] for stored in stored_rows(_machine(), args.contenders)[0]])
+            for m in missed:
+                print(f"[bench] target missed: {m}")
+            if missed:
+                sys.exit(1)
         return
     args.thread_counts = [int(t) for t in args.threads_list.split(",")]
     if args.threads_list != "1,2" and args.check:

@@ -57,6 +57,22 @@ std::vector<GradCase> conv_cases() {
   c.push_back({"Conv_depthwise_dilated", "Conv", "",
                {{"group", one(3)}, {"dilations", ints({2, 2})}, {"pads", ints({2, 2, 2, 2})}},
                {r({1, 3, 6, 6}, 210), r({3, 1, 3, 3}, 211)}});
+  // The channel-blocked kernels of conv_depthwise.cc: a last block of 4 channels (20 = 16 + 4), a
+  // channel multiplier whose input channel's outputs straddle two blocks (6 x 3 = 18), 1-D and
+  // 3-D, and EfficientNet's 5x5 at stride 2 with padding 2.
+  c.push_back({"Conv_depthwise_partial_block", "Conv", "", {{"group", one(20)}, {"pads", ints({1, 1, 1, 1})}},
+               {r({2, 20, 5, 4}, 212), r({20, 1, 3, 3}, 213), r({20}, 214)}});
+  c.push_back({"Conv_depthwise_multiplier_across_blocks", "Conv", "",
+               {{"group", one(6)}, {"strides", ints({2, 1})}, {"pads", ints({1, 0, 1, 2})}},
+               {r({2, 6, 5, 4}, 215), r({18, 1, 3, 2}, 216), r({18}, 217)}});
+  c.push_back({"Conv_depthwise_1d", "Conv", "", {{"group", one(3)}, {"strides", ints({2})}, {"pads", ints({2, 1})}},
+               {r({2, 3, 9}, 218), r({3, 1, 4}, 219), r({3}, 220)}});
+  c.push_back({"Conv_depthwise_3d", "Conv", "",
+               {{"group", one(2)}, {"strides", ints({1, 2, 1})}, {"pads", ints({1, 0, 1, 0, 1, 1})}},
+               {r({1, 2, 3, 5, 4}, 221), r({2, 1, 2, 3, 3}, 222), r({2}, 223)}});
+  c.push_back({"Conv_depthwise_5x5_stride2", "Conv", "",
+               {{"group", one(3)}, {"strides", ints({2, 2})}, {"pads", ints({2, 2, 2, 2})}},
+               {r({2, 3, 9, 8}, 224), r({3, 1, 5, 5}, 225), r({3}, 226)}});
   c.push_back({"Conv_1d", "Conv", "",
                {{"strides", ints({2})}, {"pads", ints({1, 2})}, {"dilations", ints({2})}, {"kernel_shape", ints({3})}},
                {r({2, 2, 9}, 12), r({3, 2, 3}, 13), r({3}, 14)}});
@@ -186,6 +202,12 @@ std::vector<GradCase> production_conv_and_pool_cases() {
                {relu_data({2, 24, 16, 16}, 110), r({24, 1, 3, 3}, 111)}});
   c.push_back(sparse({"Production_depthwise_stride1", "Conv", "", {{"group", one(48)}, {"pads", ints({1, 1, 1, 1})}},
                       {r({2, 48, 8, 8}, 112), r({48, 1, 3, 3}, 113)}}));
+  // MobileNetV3 and EfficientNet: 5x5 depthwise at stride 2 and at stride 1 on a 4x4 plane.
+  c.push_back({"Production_depthwise_5x5_stride2", "Conv", "",
+               {{"group", one(40)}, {"strides", ints({2, 2})}, {"pads", ints({2, 2, 2, 2})}},
+               {relu_data({2, 40, 14, 14}, 136), r({40, 1, 5, 5}, 137), r({40}, 138)}});
+  c.push_back({"Production_depthwise_5x5_plane4", "Conv", "", {{"group", one(72)}, {"pads", ints({2, 2, 2, 2})}},
+               {relu_data({3, 72, 4, 4}, 139), r({72, 1, 5, 5}, 140)}});
   // ConvNeXt's 7x7 depthwise at its stage sizes (16x16 and a 4x4 plane narrower than a vector).
   c.push_back({"Production_convnext_depthwise_16", "Conv", "", {{"group", one(96)}, {"pads", ints({3, 3, 3, 3})}},
                {r({2, 96, 16, 16}, 130), r({96, 1, 7, 7}, 131), r({96}, 132)}});

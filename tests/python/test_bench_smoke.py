@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
@@ -106,6 +108,37 @@ def test_the_readme_table_is_assembled_from_stored_rows_of_this_machine(tmp_path
     assert "cnn onnxtrain-1.13 1t: step 1.50 x eager-1.13's" in table  # a target read from the stored row
     missing = table.split("Not yet measured on this machine")[1]
     assert "demo_mlp" in missing and "cnn," not in missing and len(missing.split(", ")) == len(models.ZOO) - 1
+
+
+def test_bench_check_of_the_stored_rows_fails_on_a_missed_target(tmp_path, monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import bench
+    monkeypatch.setattr(bench, "ROWS_DIR", str(tmp_path))
+    monkeypatch.setattr(bench, "update_readme", lambda table: None)
+    monkeypatch.setattr(bench, "_machine", lambda: "this box")
+    names = ["eager-1.13", "onnxtrain-1.13"]
+    row = dict(model="cnn", title="the cnn", batch=8, failed={}, step={}, pct_limit={},
+               ratio={"onnxtrain-1.13@1": dict(median=0.5, min=0.4, max=0.6)}, first={}, rss={}, evidence={},
+               loss_diff={}, fastest_peer={1: "eager-1.13", 2: "eager-1.13"})
+    meta = dict(date="2026-12-03", machine="this box", peaks={1: 100.0, 2: 190.0}, rounds=3, contenders=names)
+    bench.store_rows([row], meta)
+    args = ["bench.py", "--readme", "--check", "--contenders", ",".join(names)]
+    monkeypatch.setattr(sys, "argv", args)
+    bench.main()  # every stored row meets its targets: no exit
+    bench.store_rows([dict(row, ratio={"onnxtrain-1.13@1": dict(median=1.5, min=1.4, max=1.6)})], meta)
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main()
+    assert exit_info.value.code == 1
+
+
+def test_a_failure_without_a_message_says_where_it_was_raised():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import bench
+    trace = ('Traceback (most recent call last):\n  File "/venv/lib/python3.11/site-packages/onnxruntime/tools/'
+             'symbolic_shape_infer.py", line 1631, in _infer_Reshape\n    assert is_literal(shape_rank)\nAssertionError\n')
+    assert bench._why(trace) == ("AssertionError at onnxruntime/tools/symbolic_shape_infer.py:1631 in _infer_Reshape: "
+                                 "assert is_literal(shape_rank)")
+    assert bench._why("Traceback:\nValueError: bad size\n") == "ValueError: bad size"
 
 
 def test_the_kernel_profile_sums_the_engines_kernels_by_op_type():

@@ -34,7 +34,7 @@ class ConvKernel final : public Kernel {
     if (is_depthwise(g)) {
       dispatch_float(x.dtype(), "Conv", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        depthwise_forward<T>(ctx.threads(), g, x.data<T>(), w.data<T>(), b ? b->data<T>() : nullptr, y.data<T>());
+        depthwise_forward<T>(ctx, g, x.data<T>(), w.data<T>(), b ? b->data<T>() : nullptr, y.data<T>());
       });
       return;
     }
@@ -65,7 +65,7 @@ class ConvGradXKernel final : public Kernel {
     if (is_depthwise(g)) {
       dispatch_float(dy.dtype(), "ConvGradX", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        depthwise_backward_data<T>(ctx.threads(), g, dy.data<T>(), w.data<T>(), dx.data<T>());
+        depthwise_backward_data<T>(ctx, g, dy.data<T>(), w.data<T>(), dx.data<T>());
       });
       return;
     }
@@ -97,7 +97,7 @@ class ConvGradWKernel final : public Kernel {
     if (is_depthwise(g)) {
       dispatch_float(dy.dtype(), "ConvGradW", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        depthwise_backward_weights<T>(ctx.threads(), g, x.data<T>(), dy.data<T>(), dw.data<T>());
+        depthwise_backward_weights<T>(ctx, g, x.data<T>(), dy.data<T>(), dw.data<T>());
       });
       return;
     }

@@ -1,354 +1,471 @@
 #include "ops/nn/conv_depthwise.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <type_traits>
 #include <vector>
+
+#include "ops/kernel.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace onnxtrain {
 namespace {
 
-// Output positions [lo, hi) along an axis whose input position o * stride + off lies in [0, n).
-void valid(int64_t n, int64_t outs, int64_t stride, int64_t off, int64_t& lo, int64_t& hi) {
-  lo = std::min(outs, off >= 0 ? 0 : ceil_div(-off, stride));
-  hi = std::max(lo, std::min(outs, n - 1 - off < 0 ? 0 : floor_div(n - 1 - off, stride) + 1));
-}
-
-// The valid output range of every innermost kernel tap: it depends on neither the row nor the
-// plane, so it is computed once per call (integer divisions per row would dominate small planes).
-struct WidthTaps {
-  std::vector<int64_t> lo, hi, off;
-  explicit WidthTaps(const ConvGeometry& g) {
-    for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
-      int64_t l, h;
-      const int64_t o = kw * g.dilation[2] - g.pad_begin[2];
-      valid(g.in[2], g.out[2], g.stride[2], o, l, h);
-      lo.push_back(l);
-      hi.push_back(h);
-      off.push_back(o);
-    }
-  }
-};
-
-// Calls row(out_row, in_row, lo, hi, off, tap) for every (output row, kernel tap) pair of one
-// plane where the tap's input row exists: output positions [lo, hi) of the row read input
-// position ow * stride_w + off.
-template <typename Fn>
-void for_each_row_tap(const ConvGeometry& g, const WidthTaps& taps, Fn row) {
-  const int64_t OD = g.out[0], OH = g.out[1], OW = g.out[2];
-  const int64_t KD = g.kernel[0], KH = g.kernel[1], KW = g.kernel[2];
-  for (int64_t od = 0; od < OD; ++od)
-    for (int64_t kd = 0; kd < KD; ++kd) {
-      const int64_t id = od * g.stride[0] - g.pad_begin[0] + kd * g.dilation[0];
-      if (id < 0 || id >= g.in[0]) continue;
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t kh = 0; kh < KH; ++kh) {
-          const int64_t ih = oh * g.stride[1] - g.pad_begin[1] + kh * g.dilation[1];
-          if (ih < 0 || ih >= g.in[1]) continue;
-          const int64_t orow = (od * OH + oh) * OW, irow = (id * g.in[1] + ih) * g.in[2];
-          const int64_t tap0 = (kd * KH + kh) * KW;
-          for (int64_t kw = 0; kw < KW; ++kw)
-            if (taps.lo[kw] < taps.hi[kw]) row(orow, irow, taps.lo[kw], taps.hi[kw], taps.off[kw], tap0 + kw);
-        }
-    }
-}
-
-// Runs fn(i) for i < count in parallel, `work` multiply-adds each.
-template <typename Fn>
-void for_each_plane_of(ThreadPool& pool, int64_t count, int64_t work, Fn fn) {
-  pool.parallel_for(count, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, work)),
-                    [&](int64_t p0, int64_t p1) {
-                      for (int64_t p = p0; p < p1; ++p) fn(p);
-                    });
-}
-
-// ---- stride 1, 2-D: the depthwise convolutions of MobileNet, EfficientNet and ConvNeXt ----
-//
-// The plane is copied once into a zero-padded buffer, so that every tap reads full rows with no
-// edge cases. Output tiles of kRows rows x Vecs vectors keep their accumulators in registers
-// across all KH x KW taps, and the kRows x Vecs independent sums hide the FMA latency (a single
-// row's chain of 49 dependent FMAs ran at a sixth of that speed).
-
-constexpr int64_t kRows = 4;
-
+// Channel blocks: kLanes consecutive output channels side by side in one 64-byte vector, so that
+// each kernel tap is one vector multiply-add whatever the stride, dilation, padding or plane size.
+// (Vectors along W wasted most of their lanes on MobileNet's 4x4 and 7x7 planes, and strided taps
+// had no vector form at all: those convolutions ran at 2-3 GFLOP/s.)
 template <typename T>
-struct Vec {
-  static constexpr int64_t kLanes = 32 / sizeof(T);
-  typedef T type __attribute__((vector_size(32)));
-  static type load(const T* p) {
-    type v;
+struct Lanes {
+  static constexpr int64_t kCount = 64 / static_cast<int64_t>(sizeof(T));
+  typedef T Vec __attribute__((vector_size(64)));
+  static Vec load(const T* p) {
+    Vec v;
     std::memcpy(&v, p, sizeof v);
     return v;
   }
-  static type splat(T x) { return type{} + x; }
+  static void store(T* p, Vec v) { std::memcpy(p, &v, sizeof v); }
 };
 
-bool is_plain_2d(const ConvGeometry& g) {
-  return g.spatial == 2 && g.stride[1] == 1 && g.stride[2] == 1 && g.dilation[1] == 1 && g.dilation[2] == 1;
+// The first n < kCount elements of p, the other lanes zero; and the converse store.
+template <typename T>
+typename Lanes<T>::Vec load_first(const T* p, int64_t n) {
+#if defined(__AVX512F__)
+  const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+  if constexpr (sizeof(T) == 4) return reinterpret_cast<typename Lanes<T>::Vec>(_mm512_maskz_loadu_ps(mask, p));
+  else return reinterpret_cast<typename Lanes<T>::Vec>(_mm512_maskz_loadu_pd(static_cast<__mmask8>(mask), p));
+#else
+  typename Lanes<T>::Vec v{};
+  for (int64_t j = 0; j < n; ++j) v[j] = p[j];
+  return v;
+#endif
 }
 
-// Columns per output tile: two vectors, or one for narrow planes (4x4 maps would waste 3/4).
 template <typename T>
-int64_t tile_width(int64_t OW) {
-  return OW <= Vec<T>::kLanes ? Vec<T>::kLanes : 2 * Vec<T>::kLanes;
+void store_first(T* p, typename Lanes<T>::Vec v, int64_t n) {
+#if defined(__AVX512F__)
+  const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+  if constexpr (sizeof(T) == 4) _mm512_mask_storeu_ps(p, mask, reinterpret_cast<__m512>(v));
+  else _mm512_mask_storeu_pd(p, static_cast<__mmask8>(mask), reinterpret_cast<__m512d>(v));
+#else
+  for (int64_t j = 0; j < n; ++j) p[j] = v[j];
+#endif
 }
 
-// Padded buffer geometry: rows and columns enough for whole tiles of an [OH, OW] output read
-// through a KH x KW window.
-struct PaddedShape {
-  int64_t rows, cols;
-};
-template <typename T>
-PaddedShape padded_shape(int64_t OH, int64_t OW, int64_t KH, int64_t KW) {
-  const int64_t tw = tile_width<T>(OW);
-  return {(OH + kRows - 1) / kRows * kRows + KH - 1, (OW + tw - 1) / tw * tw + KW - 1};
+// The lane indices of one transpose round's two shuffles (see transpose_tile).
+template <typename Index, int64_t L, int64_t S, bool kHigh>
+constexpr std::array<Index, L> round_mask() {
+  std::array<Index, L> m{};
+  for (int64_t j = 0; j < L; ++j)
+    m[static_cast<size_t>(j)] =
+        static_cast<Index>(kHigh ? ((j & S) == 0 ? j + S : L + j) : ((j & S) == 0 ? j : L + j - S));
+  return m;
 }
 
-// Copies plane `src` [H, W] into `dst` (PH x PW) at offset (top, left) with zero borders; negative
-// offsets crop.
+template <typename T, int64_t S>
+__attribute__((always_inline)) inline void transpose_round(typename Lanes<T>::Vec* rows) {
+  constexpr int64_t L = Lanes<T>::kCount;
+  using Index = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  typedef Index Mask __attribute__((vector_size(64)));
+  static constexpr std::array<Index, L> kLow = round_mask<Index, L, S, false>(), kHigh = round_mask<Index, L, S, true>();
+  Mask low, high;
+  std::memcpy(&low, kLow.data(), sizeof low);
+  std::memcpy(&high, kHigh.data(), sizeof high);
+  for (int64_t i = 0; i < L; ++i) {
+    if (i & S) continue;
+    const typename Lanes<T>::Vec a = rows[i], b = rows[i + S];
+    rows[i] = __builtin_shuffle(a, b, low);
+    rows[i + S] = __builtin_shuffle(a, b, high);
+  }
+  if constexpr (S > 1) transpose_round<T, S / 2>(rows);
+}
+
+// Transposes the kCount x kCount tile `rows` in place (element j of row i trades places with
+// element i of row j): log2(kCount) rounds, each swapping the off-diagonal s x s blocks of every
+// 2s x 2s block, two shuffles per pair of rows. (Scalar copies between planes and channel blocks
+// cost more than the convolution itself.)
 template <typename T>
-void pad_plane(const T* src, int64_t H, int64_t W, int64_t top, int64_t left, const PaddedShape& ps, T* dst) {
-  std::fill(dst, dst + ps.rows * ps.cols, T(0));
-  for (int64_t h = 0; h < H; ++h) {
-    const int64_t ph = h + top;
-    if (ph < 0 || ph >= ps.rows) continue;
-    const int64_t w0 = std::max<int64_t>(0, -left), w1 = std::min<int64_t>(W, ps.cols - left);
-    if (w0 < w1) std::copy(src + h * W + w0, src + h * W + w1, dst + ph * ps.cols + w0 + left);
+__attribute__((always_inline)) inline void transpose_tile(typename Lanes<T>::Vec* rows) {
+  transpose_round<T, Lanes<T>::kCount / 2>(rows);
+}
+
+// dst[(first + i) * kCount + l] = planes[l][first + i] for i < count, lanes past `lanes` zero:
+// planes side by side as channel blocks.
+template <typename T>
+void planes_to_block(const T* const* planes, int64_t lanes, int64_t first, int64_t count, T* dst) {
+  using A = Lanes<T>;
+  constexpr int64_t L = A::kCount;
+  for (int64_t i = 0; i < count; i += L) {
+    const int64_t n = std::min(L, count - i);
+    typename A::Vec tile[L] = {};
+    for (int64_t l = 0; l < lanes; ++l) tile[l] = n == L ? A::load(planes[l] + first + i) : load_first(planes[l] + first + i, n);
+    transpose_tile<T>(tile);
+    for (int64_t k = 0; k < n; ++k) A::store(dst + (i + k) * L, tile[k]);
   }
 }
 
-// out[oh, ow] = init + sum over taps of wt[kh, kw] * padded[oh + kh, ow + kw] for an [OH, OW] output.
-template <typename T, int64_t kVecs>
-void correlate_tiles(const T* padded, int64_t PW, const T* wt, int64_t KH, int64_t KW, T init, int64_t OH, int64_t OW,
-                     T* out) {
-  using V = Vec<T>;
-  constexpr int64_t W = kVecs * V::kLanes;
-  for (int64_t oh0 = 0; oh0 < OH; oh0 += kRows) {
-    for (int64_t ow0 = 0; ow0 < OW; ow0 += W) {
-      typename V::type acc[kRows][kVecs];
-      for (int64_t r = 0; r < kRows; ++r)
-        for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = V::splat(init);
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        const T* base = padded + (oh0 + kh) * PW + ow0;
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          const typename V::type wv = V::splat(wt[kh * KW + kw]);
-          for (int64_t r = 0; r < kRows; ++r)
-            for (int64_t v = 0; v < kVecs; ++v) acc[r][v] += wv * V::load(base + r * PW + kw + v * V::kLanes);
-        }
-      }
-      const int64_t n = std::min(W, OW - ow0), rows = std::min(kRows, OH - oh0);
-      for (int64_t r = 0; r < rows; ++r) {
-        T tmp[W];
-        std::memcpy(tmp, acc[r], sizeof tmp);
-        std::copy(tmp, tmp + n, out + (oh0 + r) * OW + ow0);
+// The inverse: planes[l][first + i] = src[i * kCount + l] (or += where add[l]) for l < lanes.
+template <typename T>
+void block_to_planes(const T* src, int64_t count, T* const* planes, const bool* add, int64_t lanes, int64_t first) {
+  using A = Lanes<T>;
+  constexpr int64_t L = A::kCount;
+  for (int64_t i = 0; i < count; i += L) {
+    const int64_t n = std::min(L, count - i);
+    typename A::Vec tile[L] = {};
+    for (int64_t k = 0; k < n; ++k) tile[k] = A::load(src + (i + k) * L);
+    transpose_tile<T>(tile);
+    for (int64_t l = 0; l < lanes; ++l) {
+      T* out = planes[l] + first + i;
+      if (n == L) {
+        A::store(out, add[l] ? A::load(out) + tile[l] : tile[l]);
+      } else {
+        store_first(out, add[l] ? load_first(out, n) + tile[l] : tile[l], n);
       }
     }
   }
 }
 
+// The layouts of one (image, channel block): the image side zero-padded, [position][lane], where a
+// position runs over the padded extents (so that no tap ever tests an edge); the column side
+// (Y, dY) [output position][lane]. Lane l of block b is output channel b * kLanes + l; the image
+// side holds the input channel that output channel reads (channel multipliers repeat it).
 template <typename T>
-void correlate_padded(const T* padded, int64_t PW, const T* wt, int64_t KH, int64_t KW, T init, int64_t OH,
-                      int64_t OW, T* out) {
-  if (tile_width<T>(OW) == Vec<T>::kLanes) correlate_tiles<T, 1>(padded, PW, wt, KH, KW, init, OH, OW, out);
-  else correlate_tiles<T, 2>(padded, PW, wt, KH, KW, init, OH, OW, out);
-}
+struct Blocks {
+  static constexpr int64_t kLanes = Lanes<T>::kCount;
+  using Vec = typename Lanes<T>::Vec;
 
-// acc[r] += the lanes of sum over the plane of dy[oh, ow] * padded[oh + kh, ow + kw], over tiles of
-// kRows rows (positions past the output in a tile read zero-padded dy, so they add nothing). The
-// lanes are summed once per channel, not once per plane and tap.
-template <typename T>
-void tap_dot(const T* dy_padded, int64_t DW, const T* padded, int64_t PW, int64_t kh, int64_t kw, int64_t OH,
-             int64_t OW, typename Vec<T>::type* acc) {
-  using V = Vec<T>;
-  typename V::type a[kRows];
-  for (int64_t r = 0; r < kRows; ++r) a[r] = acc[r];
-  for (int64_t oh0 = 0; oh0 < OH; oh0 += kRows)
-    for (int64_t ow0 = 0; ow0 < OW; ow0 += V::kLanes)
-      for (int64_t r = 0; r < kRows; ++r)
-        a[r] += V::load(dy_padded + (oh0 + r) * DW + ow0) * V::load(padded + (oh0 + r + kh) * PW + ow0 + kw);
-  for (int64_t r = 0; r < kRows; ++r) acc[r] = a[r];
-}
-
-template <typename T>
-double lane_sum(const typename Vec<T>::type* acc) {
-  double s = 0;
-  for (int64_t r = 0; r < kRows; ++r) {
-    T lanes[Vec<T>::kLanes];
-    std::memcpy(lanes, &acc[r], sizeof lanes);
-    for (int64_t j = 0; j < Vec<T>::kLanes; ++j) s += static_cast<double>(lanes[j]);
+  explicit Blocks(const ConvGeometry& geometry) : g(geometry) {
+    M = g.col_channels;
+    C = g.image_channels;
+    per_input = M / C;
+    count = ceil_div(M, kLanes);
+    IS = g.in_size();
+    OS = g.out_size();
+    K = g.kernel_size();
+    for (int i = 0; i < kMaxSpatial; ++i)
+      extent[i] = g.out[i] == 0 ? 0 : (g.out[i] - 1) * g.stride[i] + (g.kernel[i] - 1) * g.dilation[i] + 1;
+    padded = extent[0] * extent[1] * extent[2];
+    for (int64_t kd = 0; kd < g.kernel[0]; ++kd)
+      for (int64_t kh = 0; kh < g.kernel[1]; ++kh)
+        for (int64_t kw = 0; kw < g.kernel[2]; ++kw)
+          taps.push_back((kd * g.dilation[0] * extent[1] + kh * g.dilation[1]) * extent[2] + kw * g.dilation[2]);
   }
-  return s;
-}
 
-template <typename T>
-void forward_plain(ThreadPool& pool, const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
-  const int64_t IH = g.in[1], IW = g.in[2], OH = g.out[1], OW = g.out[2], KH = g.kernel[1], KW = g.kernel[2];
-  const PaddedShape ps = padded_shape<T>(OH, OW, KH, KW);
-  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C, planes = g.batch * M;
-  pool.parallel_for(planes, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, OH * OW * KH * KW)),
-                    [&](int64_t p0, int64_t p1) {
-                      std::vector<T> padded(static_cast<size_t>(ps.rows * ps.cols));
-                      int64_t padded_plane = -1;  // consecutive outputs of one input share its padded copy
-                      for (int64_t p = p0; p < p1; ++p) {
-                        const int64_t n = p / M, m = p % M, in_plane = n * C + m / per_input;
-                        if (in_plane != padded_plane) {
-                          pad_plane(x + in_plane * IH * IW, IH, IW, g.pad_begin[1], g.pad_begin[2], ps, padded.data());
-                          padded_plane = in_plane;
-                        }
-                        correlate_padded(padded.data(), ps.cols, w + m * KH * KW, KH, KW, b ? b[m] : T(0), OH, OW,
-                                         y + p * OH * OW);
-                      }
-                    });
-}
+  // The output channel of a lane, or -1 past the last channel.
+  int64_t channel(int64_t block, int64_t lane) const {
+    const int64_t m = block * kLanes + lane;
+    return m < M ? m : -1;
+  }
+  int64_t lanes_of(int64_t block) const { return std::min(kLanes, M - block * kLanes); }
 
-// The data gradient at stride 1 is a correlation of dY, padded by K - 1 - pad, with the flipped
-// kernel, summed over the outputs that read the input channel.
-template <typename T>
-void backward_data_plain(ThreadPool& pool, const ConvGeometry& g, const T* dy, const T* w, T* dx) {
-  const int64_t IH = g.in[1], IW = g.in[2], OH = g.out[1], OW = g.out[2], KH = g.kernel[1], KW = g.kernel[2];
-  const PaddedShape ps = padded_shape<T>(IH, IW, KH, KW);
-  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C, planes = g.batch * C;
-  std::vector<T> flipped(static_cast<size_t>(M * KH * KW));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < KH * KW; ++k) flipped[m * KH * KW + k] = w[m * KH * KW + (KH * KW - 1 - k)];
-  pool.parallel_for(planes, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, per_input * IH * IW * KH * KW)),
-                    [&](int64_t p0, int64_t p1) {
-                      std::vector<T> padded(static_cast<size_t>(ps.rows * ps.cols));
-                      std::vector<T> part(per_input > 1 ? static_cast<size_t>(IH * IW) : 0);
-                      for (int64_t p = p0; p < p1; ++p) {
-                        const int64_t n = p / C, c = p % C;
-                        T* out = dx + p * IH * IW;
-                        for (int64_t j = 0; j < per_input; ++j) {
-                          const int64_t m = c * per_input + j;
-                          pad_plane(dy + (n * M + m) * OH * OW, OH, OW, KH - 1 - g.pad_begin[1], KW - 1 - g.pad_begin[2],
-                                    ps, padded.data());
-                          T* target = j == 0 ? out : part.data();
-                          correlate_padded(padded.data(), ps.cols, flipped.data() + m * KH * KW, KH, KW, T(0), IH, IW,
-                                           target);
-                          if (j > 0)
-                            for (int64_t i = 0; i < IH * IW; ++i) out[i] += part[static_cast<size_t>(i)];
-                        }
-                      }
-                    });
-}
+  // fn(first output position of the row, padded position that output's first tap reads, stride
+  // along the row in positions) for every output row.
+  template <typename Fn>
+  void for_each_row(Fn fn) const {
+    for (int64_t od = 0; od < g.out[0]; ++od)
+      for (int64_t oh = 0; oh < g.out[1]; ++oh)
+        fn((od * g.out[1] + oh) * g.out[2], (od * g.stride[0] * extent[1] + oh * g.stride[1]) * extent[2], g.stride[2]);
+  }
 
-// dW[m, kh, kw] = sum over the batch of dY[m] . X[input of m] shifted by the tap; X and dY both
-// padded so that whole tiles read zeros where they overhang.
-template <typename T>
-void backward_weights_plain(ThreadPool& pool, const ConvGeometry& g, const T* x, const T* dy, T* dw) {
-  const int64_t IH = g.in[1], IW = g.in[2], OH = g.out[1], OW = g.out[2], KH = g.kernel[1], KW = g.kernel[2];
-  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C;
-  const PaddedShape ps = padded_shape<T>(OH, OW, KH, KW);
-  const PaddedShape ds{(OH + kRows - 1) / kRows * kRows, (OW + Vec<T>::kLanes - 1) / Vec<T>::kLanes * Vec<T>::kLanes};
-  pool.parallel_for(M, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, g.batch * OH * OW * KH * KW)),
-                    [&](int64_t m0, int64_t m1) {
-                      std::vector<T> padded(static_cast<size_t>(ps.rows * ps.cols));
-                      std::vector<T> dy_padded(static_cast<size_t>(ds.rows * ds.cols));
-                      using VT = typename Vec<T>::type;
-                      std::vector<VT> acc(static_cast<size_t>(KH * KW * kRows));
-                      for (int64_t m = m0; m < m1; ++m) {
-                        std::fill(acc.begin(), acc.end(), VT{});
-                        for (int64_t n = 0; n < g.batch; ++n) {
-                          pad_plane(x + (n * C + m / per_input) * IH * IW, IH, IW, g.pad_begin[1], g.pad_begin[2], ps,
-                                    padded.data());
-                          pad_plane(dy + (n * M + m) * OH * OW, OH, OW, 0, 0, ds, dy_padded.data());
-                          for (int64_t kh = 0; kh < KH; ++kh)
-                            for (int64_t kw = 0; kw < KW; ++kw)
-                              tap_dot(dy_padded.data(), ds.cols, padded.data(), ps.cols, kh, kw, OH, OW,
-                                      acc.data() + (kh * KW + kw) * kRows);
-                        }
-                        for (int64_t k = 0; k < KH * KW; ++k)
-                          dw[m * KH * KW + k] = static_cast<T>(lane_sum<T>(acc.data() + k * kRows));
-                      }
-                    });
+  // dst [padded][lane] = the padded input planes that the block's output channels read, of image n.
+  void load_image(const T* x, int64_t n, int64_t block, T* dst) const {
+    zero_padding(dst);
+    const T* planes[kLanes];
+    const int64_t lanes = lanes_of(block);
+    for (int64_t l = 0; l < lanes; ++l) planes[l] = x + (n * C + channel(block, l) / per_input) * IS;
+    for_each_input_row([&](int64_t in_pos, int64_t pad_pos, int64_t w0, int64_t w1) {
+      planes_to_block(planes, lanes, in_pos + w0, w1 - w0, dst + (pad_pos + w0) * kLanes);
+    });
+  }
+
+  // The inverse of load_image for a gradient: input planes of image n from src [padded][lane];
+  // where several output channels read one input channel (a channel multiplier), their parts add.
+  void store_image(const T* src, int64_t n, int64_t block, T* dx) const {
+    T* planes[kLanes];
+    bool add[kLanes];
+    const int64_t lanes = lanes_of(block);
+    for (int64_t l = 0; l < lanes; ++l) {
+      const int64_t m = channel(block, l);
+      planes[l] = dx + (n * C + m / per_input) * IS;
+      add[l] = m % per_input != 0;
+    }
+    for_each_input_row([&](int64_t in_pos, int64_t pad_pos, int64_t w0, int64_t w1) {
+      block_to_planes(src + (pad_pos + w0) * kLanes, w1 - w0, planes, add, lanes, in_pos + w0);
+    });
+  }
+
+  // dst [OS][lane] = the block's channels of y's image n.
+  void load_cols(const T* y, int64_t n, int64_t block, T* dst) const {
+    const T* planes[kLanes];
+    const int64_t lanes = lanes_of(block);
+    for (int64_t l = 0; l < lanes; ++l) planes[l] = y + (n * M + channel(block, l)) * OS;
+    planes_to_block(planes, lanes, 0, OS, dst);
+  }
+
+  void store_cols(const T* src, int64_t n, int64_t block, T* y) const {
+    T* planes[kLanes];
+    const bool add[kLanes] = {};
+    const int64_t lanes = lanes_of(block);
+    for (int64_t l = 0; l < lanes; ++l) planes[l] = y + (n * M + channel(block, l)) * OS;
+    block_to_planes(src, OS, planes, add, lanes, 0);
+  }
+
+  // dst [K][lane]: the block's weights (W is [M, 1, taps...]).
+  void load_weights(const T* w, int64_t block, T* dst) const {
+    std::fill(dst, dst + K * kLanes, T(0));
+    for (int64_t l = 0; l < lanes_of(block); ++l)
+      for (int64_t t = 0; t < K; ++t) dst[t * kLanes + l] = w[channel(block, l) * K + t];
+  }
+
+  // Zeroes the positions of a padded image that load_image does not write: every position outside
+  // the rows and columns the input lands on.
+  void zero_padding(T* dst) const {
+    const int64_t row = extent[2] * kLanes;
+    const int64_t w0 = std::clamp<int64_t>(g.pad_begin[2], 0, extent[2]);
+    const int64_t w1 = std::clamp<int64_t>(g.pad_begin[2] + g.in[2], w0, extent[2]);
+    for (int64_t pd = 0; pd < extent[0]; ++pd) {
+      const bool plane_in = pd >= g.pad_begin[0] && pd < g.pad_begin[0] + g.in[0];
+      for (int64_t ph = 0; ph < extent[1]; ++ph) {
+        T* r = dst + (pd * extent[1] + ph) * row;
+        if (plane_in && ph >= g.pad_begin[1] && ph < g.pad_begin[1] + g.in[1]) {
+          std::fill(r, r + w0 * kLanes, T(0));
+          std::fill(r + w1 * kLanes, r + row, T(0));
+        } else {
+          std::fill(r, r + row, T(0));
+        }
+      }
+    }
+  }
+
+  const ConvGeometry& g;
+  int64_t M, C, per_input, count, IS, OS, K, padded;
+  std::array<int64_t, kMaxSpatial> extent{};
+  std::vector<int64_t> taps;  // each tap's offset from its output's first tap, in padded positions
+
+ private:
+  // fn(input position of a row's first element, padded position of that element, [w0, w1) the
+  // row's elements that lie inside the padded extents) for every input row inside them.
+  template <typename Fn>
+  void for_each_input_row(Fn fn) const {
+    const int64_t w0 = std::max<int64_t>(0, -g.pad_begin[2]);
+    const int64_t w1 = std::min<int64_t>(g.in[2], extent[2] - g.pad_begin[2]);
+    if (w0 >= w1) return;
+    for (int64_t d = 0; d < g.in[0]; ++d) {
+      const int64_t pd = d + g.pad_begin[0];
+      if (pd < 0 || pd >= extent[0]) continue;
+      for (int64_t h = 0; h < g.in[1]; ++h) {
+        const int64_t ph = h + g.pad_begin[1];
+        if (ph < 0 || ph >= extent[1]) continue;
+        fn((d * g.in[1] + h) * g.in[2], (pd * extent[1] + ph) * extent[2] + g.pad_begin[2], w0, w1);
+      }
+    }
+  }
+};
+
+// Runs fn(task, scratch, first) for every task in [0, count): each of the pool's threads takes a
+// contiguous run of tasks and a slot of `elements` elements of the kernel's scratch of its own;
+// `first` marks the first task of a run (the slot holds nothing of this call before it).
+template <typename T, typename Fn>
+void for_each_task(KernelContext& ctx, int64_t count, int64_t elements, Fn fn) {
+  if (count <= 0) return;
+  const int64_t slots = std::min<int64_t>(ctx.threads().num_threads(), count);
+  const int64_t stride = (elements * static_cast<int64_t>(sizeof(T)) + 63) / 64 * 64;
+  char* scratch = static_cast<char*>(ctx.scratch(static_cast<size_t>(slots * stride)));
+  ctx.threads().parallel_for(slots, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      T* slot = reinterpret_cast<T*>(scratch + s * stride);
+      const int64_t begin = count * s / slots, end = count * (s + 1) / slots;
+      for (int64_t task = begin; task < end; ++task) fn(task, slot, task == begin);
+    }
+  });
 }
 
 }  // namespace
 
 bool is_depthwise(const ConvGeometry& g) {
-  return g.group == g.image_channels && g.col_channels % g.group == 0 && g.image_channels > 0;
+  return g.group == g.image_channels && g.col_channels % g.group == 0 && g.image_channels > 0 && g.group > 1;
 }
 
+// Tasks are (channel block, image), blocks outermost, so that a thread loads each block's weights
+// once.
 template <typename T>
-void depthwise_forward(ThreadPool& pool, const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
-  if (is_plain_2d(g)) return forward_plain(pool, g, x, w, b, y);
-  const WidthTaps taps(g);
-  const int64_t IS = g.in_size(), OS = g.out_size(), K = g.kernel_size(), sw = g.stride[2];
-  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C;
-  for_each_plane_of(pool, g.batch * M, OS * K, [&](int64_t p) {
-    const int64_t n = p / M, m = p % M;
-    T* yp = y + p * OS;
-    std::fill(yp, yp + OS, b ? b[m] : T(0));
-    const T* xp = x + (n * C + m / per_input) * IS;
-    const T* wm = w + m * K;
-    for_each_row_tap(g, taps, [&](int64_t orow, int64_t irow, int64_t lo, int64_t hi, int64_t off, int64_t tap) {
-      T* o = yp + orow;
-      const T* in = xp + irow + off;
-      const T wv = wm[tap];
-      if (sw == 1) {
-        for (int64_t ow = lo; ow < hi; ++ow) o[ow] += wv * in[ow];
-      } else {
-        for (int64_t ow = lo; ow < hi; ++ow) o[ow] += wv * in[ow * sw];
+void depthwise_forward(KernelContext& ctx, const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
+  using A = Lanes<T>;
+  using Vec = typename A::Vec;
+  constexpr int64_t L = A::kCount;
+  const Blocks<T> blk(g);
+  if (blk.OS == 0 || g.batch == 0) return;
+  const int64_t OW = g.out[2], K = blk.K, image = blk.padded * L, cols = blk.OS * L;
+  const int64_t* taps = blk.taps.data();
+  for_each_task<T>(ctx, blk.count * g.batch, image + cols + (K + 1) * L, [&](int64_t task, T* scratch, bool first) {
+    const int64_t block = task / g.batch, n = task % g.batch;
+    T* xb = scratch;
+    T* yb = xb + image;
+    T* wb = yb + cols;  // [K][lane] weights, then the bias
+    T* bias_lanes = wb + K * L;
+    if (first || n == 0) {  // a new block
+      blk.load_weights(w, block, wb);
+      for (int64_t l = 0; l < L; ++l) bias_lanes[l] = b && blk.channel(block, l) >= 0 ? b[blk.channel(block, l)] : T(0);
+    }
+    const Vec bias = A::load(bias_lanes);
+    blk.load_image(x, n, block, xb);
+    blk.for_each_row([&](int64_t o0, int64_t base, int64_t stride) {
+      const T* row = xb + base * L;
+      const int64_t step = stride * L;
+      int64_t ow = 0;
+      // Four outputs at a time: four independent sums hide the multiply-add latency.
+      for (; ow + 4 <= OW; ow += 4) {
+        Vec a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+        for (int64_t t = 0; t < K; ++t) {
+          const Vec wt = A::load(wb + t * L);
+          const T* p = row + (taps[t] + ow * stride) * L;
+          a0 += wt * A::load(p);
+          a1 += wt * A::load(p + step);
+          a2 += wt * A::load(p + 2 * step);
+          a3 += wt * A::load(p + 3 * step);
+        }
+        T* out = yb + (o0 + ow) * L;
+        A::store(out, a0);
+        A::store(out + L, a1);
+        A::store(out + 2 * L, a2);
+        A::store(out + 3 * L, a3);
+      }
+      for (; ow < OW; ++ow) {
+        Vec a = bias;
+        for (int64_t t = 0; t < K; ++t) a += A::load(wb + t * L) * A::load(row + (taps[t] + ow * stride) * L);
+        A::store(yb + (o0 + ow) * L, a);
       }
     });
+    blk.store_cols(yb, n, block, y);
   });
 }
 
+// The adjoint, tap by tap: each tap scatters w[tap] * dY into the padded gradient. Within one tap
+// no two outputs touch the same position, so the additions never wait on one another.
 template <typename T>
-void depthwise_backward_data(ThreadPool& pool, const ConvGeometry& g, const T* dy, const T* w, T* dx) {
-  if (is_plain_2d(g) && g.pad_begin[1] <= g.kernel[1] - 1 && g.pad_begin[2] <= g.kernel[2] - 1)
-    return backward_data_plain(pool, g, dy, w, dx);
-  const WidthTaps taps(g);
-  const int64_t IS = g.in_size(), OS = g.out_size(), K = g.kernel_size(), sw = g.stride[2];
-  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C;
-  for_each_plane_of(pool, g.batch * C, per_input * OS * K, [&](int64_t p) {
-    const int64_t n = p / C, c = p % C;
-    T* dxp = dx + p * IS;
-    std::fill(dxp, dxp + IS, T(0));
-    for (int64_t m = c * per_input; m < (c + 1) * per_input; ++m) {
-      const T* dyp = dy + (n * M + m) * OS;
-      const T* wm = w + m * K;
-      for_each_row_tap(g, taps, [&](int64_t orow, int64_t irow, int64_t lo, int64_t hi, int64_t off, int64_t tap) {
-        const T* d = dyp + orow;
-        T* in = dxp + irow + off;
-        const T wv = wm[tap];
-        if (sw == 1) {
-          for (int64_t ow = lo; ow < hi; ++ow) in[ow] += wv * d[ow];
-        } else {
-          for (int64_t ow = lo; ow < hi; ++ow) in[ow * sw] += wv * d[ow];
+void depthwise_backward_data(KernelContext& ctx, const ConvGeometry& g, const T* dy, const T* w, T* dx) {
+  using A = Lanes<T>;
+  using Vec = typename A::Vec;
+  constexpr int64_t L = A::kCount;
+  const Blocks<T> blk(g);
+  std::fill(dx, dx + g.batch * blk.C * blk.IS, T(0));  // inputs no output reads get no gradient
+  if (blk.OS == 0 || g.batch == 0) return;
+  const int64_t OW = g.out[2], K = blk.K, image = blk.padded * L, cols = blk.OS * L;
+  auto run = [&](int64_t block, int64_t n, T* scratch) {
+    T* dxb = scratch;
+    T* dyb = dxb + image;
+    T* wb = dyb + cols;
+    blk.load_weights(w, block, wb);
+    blk.load_cols(dy, n, block, dyb);
+    std::fill(dxb, dxb + image, T(0));
+    for (int64_t t = 0; t < K; ++t) {
+      const Vec wt = A::load(wb + t * L);
+      const int64_t tap = blk.taps[static_cast<size_t>(t)];
+      blk.for_each_row([&](int64_t o0, int64_t base, int64_t stride) {
+        T* row = dxb + (base + tap) * L;
+        const T* d = dyb + o0 * L;
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          T* p = row + ow * stride * L;
+          A::store(p, A::load(p) + wt * A::load(d + ow * L));
         }
       });
     }
-  });
+    blk.store_image(dxb, n, block, dx);
+  };
+  const int64_t elements = image + cols + K * L;
+  if (blk.per_input > 1) {
+    // With a channel multiplier, one input channel's outputs may fall in two blocks that add into
+    // one plane: an image's blocks then run in one task, in order.
+    for_each_task<T>(ctx, g.batch, elements, [&](int64_t n, T* scratch, bool) {
+      for (int64_t block = 0; block < blk.count; ++block) run(block, n, scratch);
+    });
+  } else {
+    for_each_task<T>(ctx, blk.count * g.batch, elements,
+                     [&](int64_t task, T* scratch, bool) { run(task / g.batch, task % g.batch, scratch); });
+  }
 }
 
+// dW[m, tap] = sum over images and outputs of dY * X at the tap. Each tap is a dot product over
+// the image's outputs (four partial sums against the latency), accumulated in the element type
+// over at most kFlushPositions outputs and in double beyond (converting every image's sums cost
+// more than the products on 4x4 planes). Tasks own channel blocks; with fewer blocks than threads
+// the images are split too, and the parts added at the end.
+constexpr int64_t kFlushPositions = 4096;
+
 template <typename T>
-void depthwise_backward_weights(ThreadPool& pool, const ConvGeometry& g, const T* x, const T* dy, T* dw) {
-  if (is_plain_2d(g)) return backward_weights_plain(pool, g, x, dy, dw);
-  const WidthTaps taps(g);
-  const int64_t IS = g.in_size(), OS = g.out_size(), K = g.kernel_size(), sw = g.stride[2];
-  const int64_t M = g.col_channels, C = g.image_channels, per_input = M / C;
-  // Tasks own output channels, so each tap's sum over the batch is one task's: no reduction afterwards.
-  for_each_plane_of(pool, M, g.batch * OS * K, [&](int64_t m) {
-    std::vector<double> acc(static_cast<size_t>(K), 0.0);
-    for (int64_t n = 0; n < g.batch; ++n) {
-      const T* xp = x + (n * C + m / per_input) * IS;
-      const T* dyp = dy + (n * M + m) * OS;
-      for_each_row_tap(g, taps, [&](int64_t orow, int64_t irow, int64_t lo, int64_t hi, int64_t off, int64_t tap) {
-        const T* d = dyp + orow;
-        const T* in = xp + irow + off;
-        double s = 0;
-        for (int64_t ow = lo; ow < hi; ++ow) s += static_cast<double>(d[ow] * in[ow * sw]);
-        acc[static_cast<size_t>(tap)] += s;
-      });
-    }
-    for (int64_t k = 0; k < K; ++k) dw[m * K + k] = static_cast<T>(acc[static_cast<size_t>(k)]);
-  });
+void depthwise_backward_weights(KernelContext& ctx, const ConvGeometry& g, const T* x, const T* dy, T* dw) {
+  using A = Lanes<T>;
+  using Vec = typename A::Vec;
+  constexpr int64_t L = A::kCount;
+  const Blocks<T> blk(g);
+  const int64_t K = blk.K, OW = g.out[2], image = blk.padded * L, cols = blk.OS * L;
+  const int64_t threads = ctx.threads().num_threads();
+  const int64_t splits =
+      blk.count >= threads ? 1 : std::max<int64_t>(1, std::min(g.batch, ceil_div(threads, blk.count)));
+  std::vector<double> parts(static_cast<size_t>(splits * blk.count * K * L), 0.0);
+  if (blk.OS > 0) {
+    for_each_task<T>(ctx, splits * blk.count, image + cols + K * L, [&](int64_t task, T* scratch, bool) {
+      const int64_t split = task / blk.count, block = task % blk.count;
+      T* xb = scratch;
+      T* dyb = xb + image;
+      T* sums = dyb + cols;  // [K][lane], in the element type
+      double* acc = parts.data() + task * K * L;
+      auto flush = [&] {
+        for (int64_t i = 0; i < K * L; ++i) acc[i] += static_cast<double>(sums[i]);
+        std::fill(sums, sums + K * L, T(0));
+      };
+      std::fill(sums, sums + K * L, T(0));
+      int64_t pending = 0;
+      for (int64_t n = g.batch * split / splits; n < g.batch * (split + 1) / splits; ++n) {
+        if (pending + blk.OS > kFlushPositions && pending > 0) {
+          flush();
+          pending = 0;
+        }
+        pending += blk.OS;
+        blk.load_image(x, n, block, xb);
+        blk.load_cols(dy, n, block, dyb);
+        for (int64_t t = 0; t < K; ++t) {
+          const int64_t tap = blk.taps[static_cast<size_t>(t)];
+          Vec s0{}, s1{}, s2{}, s3{};
+          blk.for_each_row([&](int64_t o0, int64_t base, int64_t stride) {
+            const T* row = xb + (base + tap) * L;
+            const T* d = dyb + o0 * L;
+            const int64_t step = stride * L;
+            int64_t ow = 0;
+            for (; ow + 4 <= OW; ow += 4) {
+              const T* p = row + ow * step;
+              const T* q = d + ow * L;
+              s0 += A::load(q) * A::load(p);
+              s1 += A::load(q + L) * A::load(p + step);
+              s2 += A::load(q + 2 * L) * A::load(p + 2 * step);
+              s3 += A::load(q + 3 * L) * A::load(p + 3 * step);
+            }
+            for (; ow < OW; ++ow) s0 += A::load(d + ow * L) * A::load(row + ow * step);
+          });
+          A::store(sums + t * L, A::load(sums + t * L) + ((s0 + s1) + (s2 + s3)));
+        }
+      }
+      flush();
+    });
+  }
+  for (int64_t block = 0; block < blk.count; ++block)
+    for (int64_t l = 0; l < blk.lanes_of(block); ++l)
+      for (int64_t t = 0; t < K; ++t) {
+        double sum = 0;
+        for (int64_t split = 0; split < splits; ++split)
+          sum += parts[static_cast<size_t>(((split * blk.count + block) * K + t) * L + l)];
+        dw[blk.channel(block, l) * K + t] = static_cast<T>(sum);
+      }
 }
 
 #define OT_DEPTHWISE(T)                                                                                         \
-  template void depthwise_forward<T>(ThreadPool&, const ConvGeometry&, const T*, const T*, const T*, T*);      \
-  template void depthwise_backward_data<T>(ThreadPool&, const ConvGeometry&, const T*, const T*, T*);           \
-  template void depthwise_backward_weights<T>(ThreadPool&, const ConvGeometry&, const T*, const T*, T*);
+  template void depthwise_forward<T>(KernelContext&, const ConvGeometry&, const T*, const T*, const T*, T*);  \
+  template void depthwise_backward_data<T>(KernelContext&, const ConvGeometry&, const T*, const T*, T*);       \
+  template void depthwise_backward_weights<T>(KernelContext&, const ConvGeometry&, const T*, const T*, T*);
 OT_DEPTHWISE(float)
 OT_DEPTHWISE(double)
 #undef OT_DEPTHWISE
