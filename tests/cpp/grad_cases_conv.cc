@@ -218,6 +218,10 @@ std::vector<GradCase> production_conv_and_pool_cases() {
                {relu_data({2, 104, 8, 8}, 114), r({104, 8, 3, 3}, 115)}});
   c.push_back({"Production_regnet_se_1x1", "Conv", "", {}, {relu_data({2, 104, 1, 1}, 116), r({26, 104, 1, 1}, 117),
                                                              r({26}, 118)}});
+  // ResNet's last stage: weights larger than the activations, so that on two threads ConvGradW
+  // splits its output channels (48 = 16 + 32: parts of unequal size); strided, with padding.
+  c.push_back({"Production_resnet_layer4_channel_split", "Conv", "", {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}},
+               {relu_data({2, 40, 6, 6}, 141), r({48, 40, 3, 3}, 142), r({48}, 143)}});
   // resnet stem: 7x7 stride 2 on three channels.
   c.push_back({"Production_resnet_stem", "Conv", "", {{"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}},
                {r({2, 3, 32, 32}, 119), r({16, 3, 7, 7}, 120)}});

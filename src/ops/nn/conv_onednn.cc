@@ -26,6 +26,13 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
+// One thread's part of a weight reorder: the weights' rows [first, last) of dim 0 (output
+// channels, or groups), whole blocks of the convolution's layout.
+struct WeightSlice {
+  memory::desc user, blocked;
+  dnnl::primitive reorder;
+};
+
 // Everything to run one pass for one batch size: the convolution, its scratchpad, and the
 // reorders between the user's layouts and the convolution's. Built once per geometry.
 struct Plan {
@@ -35,6 +42,10 @@ struct Plan {
   memory::desc src, wei, dst, scratchpad;  // as the convolution wants them
   dnnl::primitive src_reorder, wei_reorder, dst_reorder;  // user -> conv (src, weights, diff_dst)
   dnnl::primitive dst_out, src_out, wei_out;              // conv -> user (dst, diff_src, diff_weights)
+  // wei_reorder split across the pool's threads (empty: one reorder). The weights are reordered
+  // on every call (the optimizer changes them in place), and ResNet's 3x3 weights alone took a
+  // quarter of a step on one thread while the other waited.
+  std::vector<WeightSlice> wei_slices;
 };
 
 memory::dims dims_of(std::initializer_list<int64_t> lead, const std::array<int64_t, kMaxSpatial>& spatial, int n) {
@@ -68,7 +79,43 @@ dnnl::primitive reorder_if_needed(const memory::desc& from, const memory::desc& 
   return dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
 }
 
-Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias) {
+// The block size of dim 0 in a blocked layout (1 where dim 0 is not blocked).
+int64_t dim0_block(const memory::desc& d) {
+  const dnnl_blocking_desc_t& b = d.data.format_desc.blocking;
+  int64_t block = 1;
+  for (int i = 0; i < b.inner_nblks; ++i)
+    if (b.inner_idxs[i] == 0) block *= b.inner_blks[i];
+  return block;
+}
+
+// The reorder user -> blocked in `slices` parts along dim 0, at whole blocks; none where dim 0
+// does not divide into blocks (the padding of a partial block must be written whole).
+std::vector<WeightSlice> weight_slices(const memory::desc& user, const memory::desc& blocked, int64_t slices) {
+  std::vector<WeightSlice> out;
+  if (slices <= 1 || blocked.data.format_kind != dnnl_blocked) return out;
+  const memory::dims dims = user.dims();
+  const int64_t block = dim0_block(blocked);
+  if (dims[0] % block != 0 || dims[0] / block < 2) return out;
+  const int64_t blocks = dims[0] / block, parts = std::min(slices, blocks);
+  try {
+    for (int64_t i = 0; i < parts; ++i) {
+      const int64_t b0 = blocks * i / parts, b1 = blocks * (i + 1) / parts;
+      memory::dims sub = dims, offsets(dims.size(), 0);
+      sub[0] = (b1 - b0) * block;
+      offsets[0] = b0 * block;
+      WeightSlice slice{user.submemory_desc(sub, offsets), blocked.submemory_desc(sub, offsets), {}};
+      slice.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), slice.user, cpu_engine(), slice.blocked));
+      out.push_back(std::move(slice));
+    }
+  } catch (const dnnl::error&) {
+    out.clear();  // oneDNN cannot view this layout in parts: one reorder
+  }
+  return out;
+}
+
+// `col_stride`: the channels of the tensor the column side (Y, dY) is a channel slice of (0: its
+// own; ConvGradW splits a large weight gradient's output channels among threads).
+Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias, int64_t threads, int64_t col_stride) {
   Plan p;
   const int n = g.spatial;
   const bool grouped = g.group > 1;
@@ -78,6 +125,12 @@ Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias) {
                              : dims_of({g.col_channels, g.image_channels}, g.kernel, n);
   p.src_user = plain(src, data_tag(n));
   p.dst_user = plain(dst, data_tag(n));
+  if (col_stride > g.col_channels) {
+    memory::dims strides(dst.size(), 1);
+    for (size_t i = dst.size() - 1; i > 0; --i) strides[i - 1] = strides[i] * dst[i];
+    strides[0] = col_stride * strides[1];
+    p.dst_user = memory::desc(dst, memory::data_type::f32, strides);
+  }
   p.wei_user = plain(wei, weight_tag(n, grouped));
   p.bias_user = plain({g.col_channels}, tag::x);
   const memory::dims strides = spatial_of(g.stride, n), dilates = spatial_of(g.dilation, n, 1);
@@ -99,6 +152,7 @@ Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias) {
     p.conv = dnnl::convolution_forward(fwd);
     p.src_reorder = reorder_if_needed(p.src_user, p.src);
     p.wei_reorder = reorder_if_needed(p.wei_user, p.wei);
+    if (p.wei_reorder) p.wei_slices = weight_slices(p.wei_user, p.wei, threads);
     p.dst_out = reorder_if_needed(p.dst, p.dst_user);
   } else if (pass == Pass::BackwardData) {
     dnnl::convolution_backward_data::primitive_desc bwd(
@@ -113,6 +167,7 @@ Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias) {
     p.conv = dnnl::convolution_backward_data(bwd);
     p.dst_reorder = reorder_if_needed(p.dst_user, p.dst);
     p.wei_reorder = reorder_if_needed(p.wei_user, p.wei);
+    if (p.wei_reorder) p.wei_slices = weight_slices(p.wei_user, p.wei, threads);
     p.src_out = reorder_if_needed(p.src, p.src_user);
   } else {
     dnnl::convolution_backward_weights::primitive_desc bwd(
@@ -133,12 +188,14 @@ Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias) {
   return p;
 }
 
-// Plans by geometry, pass and batch size: building one JIT-compiles kernels (milliseconds), so it
-// happens once per shape and every later step reuses it.
-const Plan& plan_for(const ConvGeometry& g, Pass pass, int64_t batch, bool bias) {
+// Plans by geometry, pass, batch size and thread count: building one JIT-compiles kernels
+// (milliseconds), so it happens once per shape and every later step reuses it.
+const Plan& plan_for(const ConvGeometry& g, Pass pass, int64_t batch, bool bias, int64_t threads,
+                     int64_t col_stride = 0) {
   static std::mutex mutex;
   static std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans;
-  std::vector<int64_t> key{static_cast<int64_t>(pass), batch, bias, g.spatial, g.image_channels, g.col_channels, g.group};
+  std::vector<int64_t> key{static_cast<int64_t>(pass), batch, bias, threads, col_stride, g.spatial, g.image_channels,
+                           g.col_channels, g.group};
   for (const auto* v : {&g.in, &g.out, &g.kernel, &g.stride, &g.dilation, &g.pad_begin, &g.pad_end})
     key.insert(key.end(), v->begin(), v->end());
   std::lock_guard<std::mutex> lock(mutex);
@@ -146,7 +203,7 @@ const Plan& plan_for(const ConvGeometry& g, Pass pass, int64_t batch, bool bias)
   if (!slot) {
     slot = std::make_unique<Plan>();
     try {
-      *slot = build_plan(g, pass, batch, bias);
+      *slot = build_plan(g, pass, batch, bias, threads, col_stride);
     } catch (const dnnl::error&) {
       slot->usable = false;  // oneDNN rejects this geometry: the im2col path handles it
     }
@@ -207,6 +264,29 @@ memory output_buffer(const dnnl::primitive& reorder, const memory::desc& user, c
 
 bool plans_usable(const Plan& a, const Plan& b) { return a.usable && b.usable; }
 
+// The weights as the convolution reads them: the user's, or reordered into `scratch`, each of the
+// plan's slices by one of the pool's threads.
+memory bring_in_weights(ThreadPool& pool, const Plan& p, const float* w, char* scratch) {
+  float* user = const_cast<float*>(w);
+  if (!p.wei_reorder) return memory(p.wei_user, cpu_engine(), user);
+  memory blocked(p.wei, cpu_engine(), scratch);
+  if (p.wei_slices.empty()) {
+    run_reorder(p.wei_reorder, thread_stream(), memory(p.wei_user, cpu_engine(), user), blocked);
+    thread_stream().wait();
+    return blocked;
+  }
+  pool.parallel_for(static_cast<int64_t>(p.wei_slices.size()), 1, [&](int64_t s0, int64_t s1) {
+    SingleThreadedOpenMP slice_thread;
+    dnnl::stream& s = thread_stream();
+    for (int64_t i = s0; i < s1; ++i) {
+      const WeightSlice& slice = p.wei_slices[static_cast<size_t>(i)];
+      run_reorder(slice.reorder, s, memory(slice.user, cpu_engine(), user), memory(slice.blocked, cpu_engine(), scratch));
+    }
+    s.wait();
+  });
+  return blocked;
+}
+
 }  // namespace
 
 namespace {
@@ -221,14 +301,12 @@ bool run_chunked(KernelContext& ctx, const ConvGeometry& g, Pass pass, bool bias
   SingleThreadedOpenMP one_thread;
   ThreadPool& pool = ctx.threads();
   const Chunks c = split_batch(pool, g.batch);
-  const Plan& full = plan_for(g, pass, c.size, bias);
-  const Plan& last = plan_for(g, pass, c.last, bias);
+  const Plan& full = plan_for(g, pass, c.size, bias, pool.num_threads());
+  const Plan& last = plan_for(g, pass, c.last, bias, pool.num_threads());
   if (!plans_usable(full, last)) return false;
   const size_t per_chunk = chunk_bytes(full, false), weights = align(full.wei.get_size());
   char* base = static_cast<char*>(ctx.scratch(weights + per_chunk * static_cast<size_t>(c.count)));
-  char* wscratch = base;
-  memory wei = bring_in(full.wei_reorder, full.wei_user, full.wei, w, wscratch, thread_stream());
-  thread_stream().wait();
+  memory wei = bring_in_weights(pool, full, w, base);
   pool.parallel_for(c.count, 1, [&](int64_t c0, int64_t c1) {
     SingleThreadedOpenMP chunk_thread;
     dnnl::stream& s = thread_stream();
@@ -272,15 +350,73 @@ bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const 
                      });
 }
 
+namespace {
+
+// Output channels per part when ConvGradW splits them among threads: a multiple of every oneDNN
+// weight block, so that each part's rows of dW are whole blocks.
+constexpr int64_t kChannelPart = 16;
+
+// ConvGradW with each thread computing the weight gradient of its own output channels over the
+// whole batch. Split by images instead, every thread computes (and reorders, and adds) all of dW:
+// for ResNet's 512x512 layers on 4x4 planes, two threads took as long as one.
+bool backward_weights_by_channels(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* dy,
+                                  float* dw) {
+  ThreadPool& pool = ctx.threads();
+  const int64_t blocks = g.col_channels / kChannelPart, parts = std::min<int64_t>(pool.num_threads(), blocks);
+  auto part_geometry = [&](int64_t i, int64_t& first) {
+    first = blocks * i / parts * kChannelPart;
+    ConvGeometry part = g;
+    part.col_channels = (blocks * (i + 1) / parts) * kChannelPart - first;
+    return part;
+  };
+  std::vector<const Plan*> plans;
+  size_t per_part = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    int64_t first;
+    plans.push_back(&plan_for(part_geometry(i, first), Pass::BackwardWeights, g.batch, false, 1, g.col_channels));
+    if (!plans.back()->usable) return false;
+    per_part = std::max(per_part, chunk_bytes(*plans.back(), true));
+  }
+  char* base = static_cast<char*>(ctx.scratch(per_part * static_cast<size_t>(parts)));
+  const int64_t weights_per_channel = g.image_channels / g.group * g.kernel_size();
+  pool.parallel_for(parts, 1, [&](int64_t i0, int64_t i1) {
+    SingleThreadedOpenMP part_thread;
+    dnnl::stream& s = thread_stream();
+    for (int64_t i = i0; i < i1; ++i) {
+      const Plan& p = *plans[static_cast<size_t>(i)];
+      int64_t first;
+      part_geometry(i, first);
+      char* scratch = base + per_part * static_cast<size_t>(i);
+      float* out = dw + first * weights_per_channel;
+      memory src = bring_in(p.src_reorder, p.src_user, p.src, x, scratch, s);
+      memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy + first * g.out_size(), scratch, s);
+      memory diff_wei = output_buffer(p.wei_out, p.wei_user, p.wei, out, scratch);
+      memory pad(p.scratchpad, cpu_engine(), scratch);
+      p.conv.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_WEIGHTS, diff_wei},
+                         {DNNL_ARG_SCRATCHPAD, pad}});
+      if (p.wei_out) run_reorder(p.wei_out, s, diff_wei, memory(p.wei_user, cpu_engine(), out));
+      s.wait();
+    }
+  });
+  return true;
+}
+
+}  // namespace
+
 bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* dy,
                                   float* dw) {
   if (g.batch == 0) return false;  // oneDNN rejects empty batches; im2col handles them
   // oneDNN sizes its work split by the OpenMP thread count when a primitive is created: one.
   SingleThreadedOpenMP one_thread;
   ThreadPool& pool = ctx.threads();
+  const int64_t weight_numel = g.col_channels * (g.image_channels / g.group) * g.kernel_size();
+  if (pool.num_threads() > 1 && g.group == 1 && g.col_channels % kChannelPart == 0 &&
+      g.col_channels >= 2 * kChannelPart && weight_numel > g.batch * g.image_channels * g.in_size() &&
+      backward_weights_by_channels(ctx, g, x, dy, dw))
+    return true;
   const Chunks c = split_batch(pool, g.batch);
-  const Plan& full = plan_for(g, Pass::BackwardWeights, c.size, false);
-  const Plan& last = plan_for(g, Pass::BackwardWeights, c.last, false);
+  const Plan& full = plan_for(g, Pass::BackwardWeights, c.size, false, pool.num_threads());
+  const Plan& last = plan_for(g, Pass::BackwardWeights, c.last, false, pool.num_threads());
   if (!plans_usable(full, last)) return false;
   const size_t per_chunk = chunk_bytes(full, true);
   char* base = static_cast<char*>(ctx.scratch(per_chunk * static_cast<size_t>(c.count)));
@@ -311,9 +447,13 @@ bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, con
       s.wait();
     }
   });
-  for (int64_t i = 1; i < c.count; ++i) {
-    const float* part = partial[static_cast<size_t>(i)];
-    for (int64_t k = 0; k < wsize; ++k) dw[k] += part[k];
+  if (c.count > 1) {
+    pool.parallel_for(wsize, 1 << 14, [&](int64_t k0, int64_t k1) {
+      for (int64_t i = 1; i < c.count; ++i) {
+        const float* part = partial[static_cast<size_t>(i)];
+        for (int64_t k = k0; k < k1; ++k) dw[k] += part[k];
+      }
+    });
   }
   return true;
 }
