@@ -367,7 +367,7 @@ def orchestrate(args):
     if args.thread_counts != [1, 2]:  # a quick look: no table, no README
         return
     meta = dict(date=datetime.date.today().isoformat(), machine=_machine(), peaks=peaks, rounds=args.rounds,
-                contenders=args.contenders)
+                contenders=args.contenders, commit=_commit())
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
@@ -385,6 +385,16 @@ def orchestrate(args):
         print(f"[bench] target missed: {m}")
     if args.check and missed:
         sys.exit(1)
+
+
+def _commit():
+    """The commit the measured code is, with "+changes" when the work tree differs from it."""
+    def git(*cmd):
+        done = subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no", "--", "src", "python", "bench",
+                                       "CMakeLists.txt") else "")
 
 
 def _machine():
@@ -414,8 +424,9 @@ def markdown(rows, meta):
     ours = [c for c in names if contenders.is_ours(c)]
     ms = lambda v: f"{1e3 * v:.1f}" if v >= 0.01 else f"{1e3 * v:.2f}"  # noqa: E731
     sp = lambda d: f"{d['median']:.2f} ({d['min']:.2f}-{d['max']:.2f})"  # noqa: E731
+    commits = meta.get("commit")
     lines = [
-        f"Measured {meta['date']} on {meta['machine']}; sgemm peak {gflops(meta['peaks'][1])} GFLOP/s at 1 thread, "
+        f"Measured {meta['date']}" + (f" (commit {commits})" if commits else "") + f" on {meta['machine']}; sgemm peak {gflops(meta['peaks'][1])} GFLOP/s at 1 thread, "
         f"{gflops(meta['peaks'][2])} at 2. {meta['rounds']} rounds per model and thread count, each contender a fresh "
         "process per round, the order rotating (the first contender's venv measures the FLOPs, the sgemm peak and the float64 reference); step times are medians over rounds of each process's median step; "
         "ratios are onnxtrain over the fastest peer of the same round, median over rounds (min-max). "
@@ -516,10 +527,15 @@ def assembled_table(machine, names):
     """The README's table: every stored row of this machine and contender set. Each row keeps the %
     of limit of its own run's sgemm peak; the header gives the dates and the peaks' range."""
     found, missing = stored_rows(machine, names)
+    if not found:
+        return (f"Nothing measured on {machine} with these contenders yet: `bench/run --models "
+                + ",".join(missing) + "` measures the zoo.\n")
     rows = [s["row"] for s in found]
     dates = sorted({s["meta"]["date"] for s in found})
     peaks = {t: [s["meta"]["peaks"][t] for s in found] for t in (1, 2)}
+    commits = sorted({s["meta"].get("commit", "unknown") for s in found})
     meta = dict(date=dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}", machine=machine,
+                commit=", ".join(commits),
                 peaks={t: (min(v), max(v)) for t, v in peaks.items()}, rounds=min(s["meta"]["rounds"] for s in found),
                 contenders=list(names))
     table = markdown(rows, meta)
