@@ -96,8 +96,8 @@ class InstanceNormGradKernel final : public Kernel {
                                    norm::row_moments(xr, l.s, mean, sq);
                                    const double inv = 1.0 / std::sqrt(sq * inv_s + epsilon_);
                                    const T m = static_cast<T>(mean);
-                                   norm::row_sum2<T>(l.s, [g](int64_t i) { return g[i]; },
-                                                     [g, xr, m](int64_t i) { return g[i] * (xr[i] - m); }, s1, s2);
+                                   norm::row_sum2<T>(l.s, [g](auto at) { return at(g); },
+                                                     [g, xr, m](auto at) { return at(g) * (at(xr) - m); }, s1, s2);
                                    plane_dscale[r] = inv * s2;
                                    plane_db[r] = s1;
                                    if (!pdx) continue;

@@ -178,8 +178,8 @@ class LayerNormGradKernel final : public Kernel {
           }
           if (!pdx) continue;
           double s1, s2;  // sum(g), sum(g * (x - mean)) with g = dY * scale
-          norm::row_sum2<T>(D, [&](int64_t i) { return g[i] * ps[i]; },
-                            [&](int64_t i) { return g[i] * ps[i] * (xr[i] - m); }, s1, s2);
+          norm::row_sum2<T>(D, [&](auto at) { return at(g) * at(ps); },
+                            [&](auto at) { return at(g) * at(ps) * (at(xr) - m); }, s1, s2);
           const T c1 = static_cast<T>(s1 * inv_d), c2 = static_cast<T>(inv * inv * s2 * inv_d);
           T* dxr = pdx + r * D;
           for (int64_t i = 0; i < D; ++i) dxr[i] = iv * (g[i] * ps[i] - c1 - (xr[i] - m) * c2);
