@@ -1,5 +1,6 @@
 #include "optim/fused_step.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -26,9 +27,16 @@ std::vector<Chunk> chunks_of(const TensorList& t) {
   return out;
 }
 
+// Runs f on every chunk, tasks of kChunk elements at least: a small model's few small tensors
+// (a 10-element bias is a chunk) run on the calling thread, since waking another thread for
+// microseconds of work costs more than it saves, and much more when that core is busy elsewhere.
 template <typename F>
 void for_chunks(ThreadPool& pool, const std::vector<Chunk>& chunks, F&& f) {
-  pool.parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
+  int64_t elements = 0;
+  for (const Chunk& c : chunks) elements += c.end - c.begin;
+  const int64_t count = static_cast<int64_t>(chunks.size());
+  const int64_t grain = std::max<int64_t>(1, count * kChunk / std::max<int64_t>(elements, 1));
+  pool.parallel_for(count, grain, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) f(chunks[static_cast<size_t>(c)]);
   });
 }
