@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -56,30 +57,30 @@ void store_first(T* p, typename Lanes<T>::Vec v, int64_t n) {
 #endif
 }
 
-// The lane indices of one transpose round's two shuffles (see transpose_tile).
-template <typename Index, int64_t L, int64_t S, bool kHigh>
-constexpr std::array<Index, L> round_mask() {
-  std::array<Index, L> m{};
-  for (int64_t j = 0; j < L; ++j)
-    m[static_cast<size_t>(j)] =
-        static_cast<Index>(kHigh ? ((j & S) == 0 ? j + S : L + j) : ((j & S) == 0 ? j : L + j - S));
-  return m;
+// The lane of the concatenation (a, b) that element j of one transpose round's result takes
+// (see transpose_tile): the low result keeps a's first half of each 2S block and takes b's first,
+// the high result takes a's second half and keeps b's.
+template <int64_t L, int64_t S, bool kHigh>
+constexpr int lane_source(int64_t j) {
+  return static_cast<int>(kHigh ? ((j & S) == 0 ? j + S : L + j) : ((j & S) == 0 ? j : L + j - S));
+}
+
+// __builtin_shufflevector (GCC 12 and clang alike) wants its lane indices as constants, one
+// argument each: the index sequence spells them out.
+template <int64_t L, int64_t S, bool kHigh, typename Vec, size_t... J>
+__attribute__((always_inline)) inline Vec shuffle_round(Vec a, Vec b, std::index_sequence<J...>) {
+  return __builtin_shufflevector(a, b, lane_source<L, S, kHigh>(static_cast<int64_t>(J))...);
 }
 
 template <typename T, int64_t S>
 __attribute__((always_inline)) inline void transpose_round(typename Lanes<T>::Vec* rows) {
   constexpr int64_t L = Lanes<T>::kCount;
-  using Index = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
-  typedef Index Mask __attribute__((vector_size(64)));
-  static constexpr std::array<Index, L> kLow = round_mask<Index, L, S, false>(), kHigh = round_mask<Index, L, S, true>();
-  Mask low, high;
-  std::memcpy(&low, kLow.data(), sizeof low);
-  std::memcpy(&high, kHigh.data(), sizeof high);
+  constexpr auto lanes = std::make_index_sequence<static_cast<size_t>(L)>();
   for (int64_t i = 0; i < L; ++i) {
     if (i & S) continue;
     const typename Lanes<T>::Vec a = rows[i], b = rows[i + S];
-    rows[i] = __builtin_shuffle(a, b, low);
-    rows[i + S] = __builtin_shuffle(a, b, high);
+    rows[i] = shuffle_round<L, S, false>(a, b, lanes);
+    rows[i + S] = shuffle_round<L, S, true>(a, b, lanes);
   }
   if constexpr (S > 1) transpose_round<T, S / 2>(rows);
 }
