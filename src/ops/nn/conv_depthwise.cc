@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ops/kernel.h"
