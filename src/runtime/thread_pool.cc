@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "core/error.h"
 
@@ -26,6 +27,16 @@ int default_threads() {
 // one region needs a futex wake-up (tens of microseconds) for the next. Spinning this long first
 // keeps consecutive regions cheap, and an idle pool still sleeps soon after a step.
 constexpr auto kSpin = std::chrono::microseconds(200);
+
+// A spinning thread gives its core away now and then: where the scheduler put a worker on the
+// caller's core (two vCPUs shared with torch's and OpenBLAS's threads), a pure spin would hold
+// the core that the thread it waits for needs, until the time slice ends.
+inline void pause_or_yield(unsigned spins) {
+  if (spins % 64 == 0)
+    std::this_thread::yield();
+  else
+    _mm_pause();
+}
 
 // A claim index beyond any chunk count: the claim word of a job being set up.
 constexpr uint64_t kClosedClaim = 0xFFFFFFFFu;
@@ -101,8 +112,9 @@ void ThreadPool::worker_loop(uint64_t seen) {
   for (;;) {
     // Spin for the next job, then sleep until one is posted.
     const auto deadline = std::chrono::steady_clock::now() + kSpin;
-    while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < deadline)
-      _mm_pause();
+    for (unsigned spins = 1;
+         generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < deadline; ++spins)
+      pause_or_yield(spins);
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
       ++sleeping_;
@@ -149,7 +161,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   t_in_parallel = false;
   // Only chunks that someone claimed can be outstanding; they finish soon.
   const int64_t chunks = chunks_.load(std::memory_order_relaxed);
-  while (done_.load(std::memory_order_acquire) < chunks) _mm_pause();
+  for (unsigned spins = 1; done_.load(std::memory_order_acquire) < chunks; ++spins) pause_or_yield(spins);
   if (error_) std::rethrow_exception(error_);
 }
 

@@ -10,9 +10,11 @@ def unavailable_reason():
 
     if not hasattr(torch, "export") or not hasattr(getattr(torch.export, "Dim", None), "AUTO"):
         return f"torch {torch.__version__} has no torch.export.Dim.AUTO (torch 2.6 or later is needed)"
-    try:
-        import onnxscript  # noqa: F401 - the dynamo exporter's ATen-to-ONNX functions
-    except ImportError:
+    import importlib.util
+
+    # Found, not imported: onnxscript's import alone is tens of MB, which only the exporting
+    # process (a forked child, capture/common.py) needs to carry.
+    if importlib.util.find_spec("onnxscript") is None:  # the dynamo exporter's ATen-to-ONNX functions
         return "the package onnxscript is not installed (pip install onnxscript)"
     return None
 
