@@ -32,6 +32,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -75,13 +76,17 @@ def _setup(threads, with_engine):
 
 
 class Contender:
-    def __init__(self, name, model_name, dropout):
+    def __init__(self, name, model_name, dropout, initial_state=None, save_initial_state=None):
         import torch
 
         import contenders
         import models
         torch.manual_seed(0)
         net = models.build(model_name, dropout)
+        if initial_state:
+            net.load_state_dict(torch.load(initial_state))
+        if save_initial_state:
+            torch.save(net.state_dict(), save_initial_state)
         self.name = name
         gen = torch.Generator().manual_seed(1)
         self.batches = [models.ZOO[model_name]["batch_fn"](gen) for _ in range(4)]
@@ -111,7 +116,7 @@ def run_single(args):
     first run), peak RSS and losses; the reference eager process also counts FLOPs."""
     import contenders
     _setup(args.threads, with_engine=args.contender != "eager64" and contenders.is_ours(args.contender))
-    c = Contender(args.contender, args.model, args.dropout)
+    c = Contender(args.contender, args.model, args.dropout, args.initial_state, args.save_initial_state)
     first = c.step()
     for _ in range(args.warmup - 1):
         c.step()
@@ -252,20 +257,27 @@ def measure_model(name, args, peaks):
         row["runs"][threads] = {c: r for c, r in runs.items() if c not in row["failed"]}
     _summarize(row, flops, peaks, args)
     if args.agreement_steps > 0:
+        # Every agreement run starts from the reference's initial parameters: a model's seeded
+        # initialization is not the same on every torch (torchvision's convnext_tiny draws other
+        # weights on torch 2.15 than on 1.13), and a loss is only comparable on the same model.
+        initial_state = os.path.join(tempfile.mkdtemp(prefix="bench-init-"), "initial_state.pt")
         agree = common[:2] + ["--steps", str(args.agreement_steps), "--warmup", "1", "--dropout", "0"]
         row["loss_diff"] = {}
         try:
-            ref = _spawn(contenders.interpreter(reference), "single", 1, agree + ["--contender", "eager64"])
+            ref = _spawn(contenders.interpreter(reference), "single", 1,
+                         agree + ["--contender", "eager64", "--save-initial-state", initial_state])
             row["agreement_steps"] = len(ref["losses"])
         except ContenderFailed as e:
             ref = None
             print(f"[bench] {name}: the float64 reference failed: {e}", flush=True)
         for c in [c for c in live if c not in row["failed"] and ref]:
             try:
-                losses = _spawn(contenders.interpreter(c), "single", 1, agree + ["--contender", c], c)["losses"]
+                losses = _spawn(contenders.interpreter(c), "single", 1,
+                                agree + ["--contender", c, "--initial-state", initial_state], c)["losses"]
                 row["loss_diff"][c] = max(abs(a - r) / max(abs(r), LOSS_FLOOR) for a, r in zip(losses, ref["losses"]))
             except ContenderFailed as e:
                 print(f"[bench] {name} {c}: loss agreement run failed: {e}", flush=True)
+        shutil.rmtree(os.path.dirname(initial_state), ignore_errors=True)
     del row["runs"]
     return row
 
@@ -604,6 +616,8 @@ def main():
     p.add_argument("--contender")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--dropout", type=float, default=None)
+    p.add_argument("--save-initial-state", default=None, help="internal: write the model's initial state_dict here")
+    p.add_argument("--initial-state", default=None, help="internal: start from this state_dict")
     p.add_argument("--count-flops", action="store_true")
     p.add_argument("--gemm-efficiency", action="store_true")
     args = p.parse_args()
