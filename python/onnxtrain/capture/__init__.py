@@ -28,7 +28,7 @@ BACKENDS = {torchscript.NAME: torchscript, torch_export.NAME: torch_export}
 # process, most recent last (bounded): what the test suite's summary reports.
 FALLBACKS = collections.deque(maxlen=10000)
 TORCH_EXPORT_IS_DEFAULT = True  # where torch has it; TorchScript elsewhere
-_EXPORTS = {}  # backend name -> exports this process asked it for
+_EXPORTED_BEFORE = set()  # names of the backends this process has exported with
 logger = logging.getLogger("onnxtrain")
 
 
@@ -61,12 +61,12 @@ def backend_name():
 def export(module, tensors, input_schema, training, full_trace=False):
     """Exports `module` called on the inputs (tensors, input_schema) with the chosen backend."""
     chosen, explicit = _chosen()
-    _EXPORTS[chosen.NAME] = _EXPORTS.get(chosen.NAME, 0) + 1
-    if hasattr(chosen, "prepare") and _EXPORTS[chosen.NAME] > 1:
+    if hasattr(chosen, "prepare") and chosen.NAME in _EXPORTED_BEFORE:
         # From the second export on, in this process, so that each later forked export reuses it.
         # The first export's child prepares for itself: a module exported once (the common case)
         # never adds the exporter's tables (about 1 s and 40 MB on torch 2.x) to this process.
         chosen.prepare()
+    _EXPORTED_BEFORE.add(chosen.NAME)
     try:
         return common.export(chosen.export_once, module, tensors, input_schema, training, full_trace)
     except ExportError as e:
