@@ -209,16 +209,27 @@ ZOO = {
                            **_timm("vit_small_patch16_224", (8, 3, 224, 224))),
 }
 
-# Dropout in the timed runs (the loss-agreement runs use 0); the torchvision models keep their own
-# defaults of stochastic depth.
+# Dropout in the timed runs; the torchvision models there keep their own stochastic depth
+# (convnext_tiny's drops residual blocks with p up to 0.1).
 DEFAULT_DROPOUT = {"cnn": 0.5, "transformer": 0.1, "mobilenet_v3_small": 0.2, "vit": 0.0,
                    "bert_base": 0.1, "gpt2_small": 0.1, "timm_efficientnet_b0": 0.2}
+
+# Stochastic depth (torchvision) and drop path (timm) draw from the contender's own random stream,
+# as dropout does, so a loss-agreement run (an explicit dropout, 0) sets their p too.
+_STOCHASTIC_DEPTH_MODULES = ("StochasticDepth", "DropPath")
 
 
 def build(name, dropout=None):
     entry = ZOO[name]
     p = DEFAULT_DROPOUT.get(name, 0.0) if dropout is None else dropout
-    return entry["build"](p)
+    model = entry["build"](p)
+    if dropout is not None:
+        for module in model.modules():
+            if type(module).__name__ in _STOCHASTIC_DEPTH_MODULES:
+                if not hasattr(module, "p") and not hasattr(module, "drop_prob"):
+                    raise RuntimeError(f"{name}: {type(module).__name__} has neither p nor drop_prob")
+                setattr(module, "p" if hasattr(module, "p") else "drop_prob", dropout)
+    return model
 
 
 def train_flops(model, batch):

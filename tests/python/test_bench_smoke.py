@@ -150,3 +150,16 @@ def test_the_kernel_profile_sums_the_engines_kernels_by_op_type():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "| forward | Gemm |" in done.stdout and "| backward |" in done.stdout, done.stdout
     assert "| | outside the kernels |" in done.stdout, done.stdout
+
+
+def test_a_loss_agreement_build_turns_stochastic_depth_off_and_a_timed_build_keeps_it():
+    # Stochastic depth draws from each contender's own random stream, as dropout does: left on, the
+    # loss runs of convnext_tiny compared different random masks, not the engines.
+    pytest.importorskip("torchvision")
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import models
+    timed = [m.p for m in models.build("convnext_tiny").modules() if type(m).__name__ == "StochasticDepth"]
+    agreement = [m.p for m in models.build("convnext_tiny", dropout=0.0).modules()
+                 if type(m).__name__ == "StochasticDepth"]
+    assert timed and max(timed) > 0
+    assert len(agreement) == len(timed) and set(agreement) == {0.0}
