@@ -135,12 +135,7 @@ class GruKernel final : public RecurrentKernel<GruKernel> {
 
   template <typename T>
   void run(KernelContext& ctx) const {
-    Args<T> a = make_args<T>(ctx, spec_, false);
-    T* y = needed_output<T>(ctx, 0, a.dims.y_shape());
-    T* yh = needed_output<T>(ctx, 1, a.dims.state_shape());
-    ForwardScratch<T> s;
-    carve_scratch(ctx, [&](Carver& cv) { s.carve(cv, a.dims); });
-    gru_forward(ctx.threads(), a, s, y, yh);
+    run_forward<T, ForwardScratch<T>>(ctx, spec_, [](auto&&... args) { gru_forward(args...); });
   }
 };
 
@@ -156,15 +151,13 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
     const Dims& D = a.dims;
     const int64_t H = D.H, G = 3 * H, B = D.B, rows = D.rows(), I = D.I;
     const bool lbr = spec_.linear_before_reset;
-    const T* y_in = optional_input<T>(ctx, spec_, kY, D.y_shape(), "Y");
-    const T* dy = optional_input<T>(ctx, spec_, kdY, D.y_shape(), "dY");
-    const T* dyh = optional_input<T>(ctx, spec_, kdYh, D.state_shape(), "dY_h");
+    const OutputGradients<T> og = output_gradients<T>(ctx, spec_, D, kY);
 
     ForwardScratch<T> fs;
     T *y_own = nullptr, *hp, *act, *gr, *sl, *aux, *dhr, *dgs, *du, *dh, *zeros;
     uint8_t* mask;
     carve_scratch(ctx, [&](Carver& cv) {
-      if (!y_in) {
+      if (!og.y) {
         fs.carve(cv, D);
         y_own = cv.take<T>(D.T * D.D * B * H);
       } else {
@@ -185,15 +178,11 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
       mask = spec_.has_clip ? cv.take<uint8_t>(rows * G) : nullptr;
     });
     ThreadPool& pool = ctx.threads();
-    if (!y_in) gru_forward(pool, a, fs, y_own, static_cast<T*>(nullptr));
-    const T* y = y_in ? y_in : y_own;
+    if (!og.y) gru_forward(pool, a, fs, y_own, static_cast<T*>(nullptr));
+    const T* y = og.y ? og.y : y_own;
     std::fill_n(zeros, H, T(0));
 
-    T* dx = needed_output<T>(ctx, 0, ctx.input(kX).shape());
-    T* dw = needed_output<T>(ctx, 1, {D.D, G, I});
-    T* dr = needed_output<T>(ctx, 2, {D.D, G, H});
-    T* db = needed_output<T>(ctx, 3, {D.D, 2 * G});
-    T* dh0 = needed_output<T>(ctx, 4, D.state_shape());
+    const InputGradients<T> ig = input_gradients<T>(ctx, D, G);
     const int64_t steps = a.max_len();
 
     for (int d = 0; d < D.D; ++d) {
@@ -241,7 +230,7 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
       });
 
       // Backward sweep; dG (pre-activation gradients, W's view) replaces the slopes in sl.
-      load_states(D, d, dyh, dh);
+      load_states(D, d, og.dyh, dh);
       for (int64_t step = steps - 1; step >= 0; --step) {
         auto row_of = [&](int64_t b) {
           const int64_t len = a.lens[static_cast<size_t>(b)];
@@ -260,7 +249,7 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
             T* s = sl + row * G;
             const T *sz = s, *sr = s + H, *sn = s + 2 * H;
             const T* h = hp + row * H;
-            const T* dyr = dy ? dy + D.y_offset(time_at(rev, step, a.lens[static_cast<size_t>(b)]), d, b) : zeros;
+            const T* dyr = og.dy ? og.dy + D.y_offset(time_at(rev, step, a.lens[static_cast<size_t>(b)]), d, b) : zeros;
             T* dhb = dh + b * H;
             const T* q = aux + row * H;
             for (int64_t j = 0; j < H; ++j) {
@@ -315,20 +304,20 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
       const T* dn_r = lbr ? dhr : dG + 2 * H;
       const int64_t ld_dn_r = lbr ? H : G;
       const T* rh_input = lbr ? hp : aux;
-      if (dx) matmul<T>(pool, false, false, rows, I, G, dG, G, W, I, d == 0 ? T(0) : T(1), dx, I);
-      if (dw) matmul<T>(pool, true, false, G, I, rows, dG, G, a.x, I, T(0), dw + d * G * I, I);
-      if (dr) {
-        matmul<T>(pool, true, false, 2 * H, H, rows, dG, G, hp, H, T(0), dr + d * G * H, H);
-        matmul<T>(pool, true, false, H, H, rows, dn_r, ld_dn_r, rh_input, H, T(0), dr + d * G * H + 2 * H * H, H);
+      if (ig.dx) matmul<T>(pool, false, false, rows, I, G, dG, G, W, I, d == 0 ? T(0) : T(1), ig.dx, I);
+      if (ig.dw) matmul<T>(pool, true, false, G, I, rows, dG, G, a.x, I, T(0), ig.dw + d * G * I, I);
+      if (ig.dr) {
+        matmul<T>(pool, true, false, 2 * H, H, rows, dG, G, hp, H, T(0), ig.dr + d * G * H, H);
+        matmul<T>(pool, true, false, H, H, rows, dn_r, ld_dn_r, rh_input, H, T(0), ig.dr + d * G * H + 2 * H * H, H);
       }
-      if (db) {
-        T* dbd = db + d * 2 * G;
+      if (ig.db) {
+        T* dbd = ig.db + d * 2 * G;
         std::fill_n(dbd, 2 * G, T(0));
         column_sums(dG, rows, G, G, dbd);
         std::copy_n(dbd, 2 * H, dbd + G);
         column_sums(dn_r, rows, H, ld_dn_r, dbd + G + 2 * H);
       }
-      store_states(D, d, dh, dh0);
+      store_states(D, d, dh, ig.dh0);
     }
   }
 };

@@ -154,19 +154,17 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
     LstmArgs<T> a = make_args<T>(ctx, spec_, true);
     const Dims& D = a.dims;
     const int64_t H = D.H, G = 4 * H, B = D.B, rows = D.rows(), I = D.I;
-    const T* y_in = optional_input<T>(ctx, spec_, kY, D.y_shape(), "Y");
-    const T* dy = optional_input<T>(ctx, spec_, kdY, D.y_shape(), "dY");
-    const T* dyh = optional_input<T>(ctx, spec_, kdYh, D.state_shape(), "dY_h");
+    const OutputGradients<T> og = output_gradients<T>(ctx, spec_, D, kY);
     const T* dyc = optional_input<T>(ctx, spec_, kdYc, D.state_shape(), "dY_c");
     const T* stashed_gates = optional_input<T>(ctx, spec_, kGatesIn, {D.D, rows, G}, "the stashed gates");
     const T* stashed_cells = optional_input<T>(ctx, spec_, kCellsIn, {D.D, rows, H}, "the stashed cell states");
-    const bool stashed = stashed_gates && stashed_cells && y_in;
+    const bool stashed = stashed_gates && stashed_cells && og.y;
 
     ForwardScratch<T> fs;
     T *y_own = nullptr, *hp, *act, *sl, *cs, *tc, *stc, *dgs, *dh, *dc, *dp, *zeros;
     uint8_t* mask;
     carve_scratch(ctx, [&](Carver& cv) {
-      if (!y_in) {
+      if (!og.y) {
         fs.carve(cv, D);
         y_own = cv.take<T>(D.T * D.D * B * H);
       } else {
@@ -188,18 +186,13 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
       mask = spec_.has_clip ? cv.take<uint8_t>(B * G) : nullptr;
     });
     ThreadPool& pool = ctx.threads();
-    if (!y_in) lstm_forward(pool, a, fs, y_own, static_cast<T*>(nullptr), static_cast<T*>(nullptr));
-    const T* y = y_in ? y_in : y_own;
+    if (!og.y) lstm_forward(pool, a, fs, y_own, static_cast<T*>(nullptr), static_cast<T*>(nullptr));
+    const T* y = og.y ? og.y : y_own;
     std::fill_n(zeros, std::max<int64_t>(3 * H, G), T(0));
 
-    auto out = [&](int i, const TensorShape& shape) { return needed_output<T>(ctx, i, shape); };
-    T* dx = out(0, ctx.input(kX).shape());
-    T* dw = out(1, {D.D, G, I});
-    T* dr = out(2, {D.D, G, H});
-    T* db = out(3, {D.D, 2 * G});
-    T* dh0 = out(4, D.state_shape());
-    T* dc0 = out(5, D.state_shape());
-    T* dpo = out(6, {D.D, 3 * H});
+    const InputGradients<T> ig = input_gradients<T>(ctx, D, G);
+    T* dc0 = needed_output<T>(ctx, 5, D.state_shape());
+    T* dpo = needed_output<T>(ctx, 6, {D.D, 3 * H});
     const int64_t steps = a.max_len();
 
     for (int d = 0; d < D.D; ++d) {
@@ -247,7 +240,7 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
       });
 
       // Backward sweep through time; dG (pre-activation gradients) replaces the slopes in sl.
-      load_states(D, d, dyh, dh);
+      load_states(D, d, og.dyh, dh);
       load_states(D, d, dyc, dc);
       std::fill_n(dp, B * 3 * H, T(0));
       for (int64_t step = steps - 1; step >= 0; --step) {
@@ -270,7 +263,7 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
             const T* shc = stc + row * H;
             const T* cprev = step == 0 ? (c0 ? c0 + D.state_offset(d, b) : zeros)
                                        : cells + D.x_row(time_at(rev, step - 1, len), b) * H;
-            const T* dyr = dy ? dy + D.y_offset(t, d, b) : zeros;
+            const T* dyr = og.dy ? og.dy + D.y_offset(t, d, b) : zeros;
             T* dhb = dh + b * H;
             T* dcb = dc + b * H;
             T* dpb = dp + b * 3 * H;
@@ -300,11 +293,11 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
       }
 
       const T* dG = sl;
-      if (dx) matmul<T>(pool, false, false, rows, I, G, dG, G, W, I, d == 0 ? T(0) : T(1), dx, I);
-      if (dw) matmul<T>(pool, true, false, G, I, rows, dG, G, a.x, I, T(0), dw + d * G * I, I);
-      if (dr) matmul<T>(pool, true, false, G, H, rows, dG, G, hp, H, T(0), dr + d * G * H, H);
-      if (db) {
-        T* dbd = db + d * 2 * G;
+      if (ig.dx) matmul<T>(pool, false, false, rows, I, G, dG, G, W, I, d == 0 ? T(0) : T(1), ig.dx, I);
+      if (ig.dw) matmul<T>(pool, true, false, G, I, rows, dG, G, a.x, I, T(0), ig.dw + d * G * I, I);
+      if (ig.dr) matmul<T>(pool, true, false, G, H, rows, dG, G, hp, H, T(0), ig.dr + d * G * H, H);
+      if (ig.db) {
+        T* dbd = ig.db + d * 2 * G;
         std::fill_n(dbd, G, T(0));
         column_sums(dG, rows, G, G, dbd);
         std::copy(dbd, dbd + G, dbd + G);
@@ -314,7 +307,7 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
         std::fill_n(dpd, 3 * H, T(0));
         column_sums(dp, B, 3 * H, 3 * H, dpd);
       }
-      store_states(D, d, dh, dh0);
+      store_states(D, d, dh, ig.dh0);
       store_states(D, d, dc, dc0);
     }
   }

@@ -239,6 +239,58 @@ T* needed_output(KernelContext& ctx, int i, const TensorShape& shape) {
   return ctx.allocate_output(i, ctx.input(kX).dtype(), shape).template data<T>();
 }
 
+// What every Grad op reads after the forward's inputs, at positions first, first + 1 and
+// first + 2: Y (null: the op reruns the forward) and the gradients of Y and Y_h (null: zeros).
+template <typename T>
+struct OutputGradients {
+  const T* y = nullptr;
+  const T* dy = nullptr;
+  const T* dyh = nullptr;
+};
+
+template <typename T>
+OutputGradients<T> output_gradients(const KernelContext& ctx, const Spec& spec, const Dims& D, int first) {
+  OutputGradients<T> g;
+  g.y = optional_input<T>(ctx, spec, first, D.y_shape(), "Y");
+  g.dy = optional_input<T>(ctx, spec, first + 1, D.y_shape(), "dY");
+  g.dyh = optional_input<T>(ctx, spec, first + 2, D.state_shape(), "dY_h");
+  return g;
+}
+
+// Outputs 0-4 of every Grad op, the gradients of X, W, R, B and initial_h, each null when the
+// graph does not use it. W and R hold G = gates * H rows per direction.
+template <typename T>
+struct InputGradients {
+  T* dx = nullptr;
+  T* dw = nullptr;
+  T* dr = nullptr;
+  T* db = nullptr;
+  T* dh0 = nullptr;
+};
+
+template <typename T>
+InputGradients<T> input_gradients(KernelContext& ctx, const Dims& D, int64_t G) {
+  InputGradients<T> g;
+  g.dx = needed_output<T>(ctx, 0, ctx.input(kX).shape());
+  g.dw = needed_output<T>(ctx, 1, {D.D, G, D.I});
+  g.dr = needed_output<T>(ctx, 2, {D.D, G, D.H});
+  g.db = needed_output<T>(ctx, 3, {D.D, 2 * G});
+  g.dh0 = needed_output<T>(ctx, 4, D.state_shape());
+  return g;
+}
+
+// The run of the GRU and RNN kernels: outputs Y and Y_h, the op's forward scratch, its forward
+// (forward(pool, args, scratch, y, yh)).
+template <typename T, typename Scratch, typename Forward>
+void run_forward(KernelContext& ctx, const Spec& spec, Forward&& forward) {
+  Args<T> a = make_args<T>(ctx, spec, false);
+  T* y = needed_output<T>(ctx, 0, a.dims.y_shape());
+  T* yh = needed_output<T>(ctx, 1, a.dims.state_shape());
+  Scratch s;
+  carve_scratch(ctx, [&](Carver& cv) { s.carve(cv, a.dims); });
+  forward(ctx.threads(), a, s, y, yh);
+}
+
 // state[b] = initial[d, b] (or zeros), for every batch row.
 template <typename T>
 void load_states(const Dims& dims, int d, const T* initial, T* state) {

@@ -68,12 +68,7 @@ class RnnKernel final : public RecurrentKernel<RnnKernel> {
 
   template <typename T>
   void run(KernelContext& ctx) const {
-    Args<T> a = make_args<T>(ctx, spec_, false);
-    T* y = needed_output<T>(ctx, 0, a.dims.y_shape());
-    T* yh = needed_output<T>(ctx, 1, a.dims.state_shape());
-    ForwardScratch<T> s;
-    carve_scratch(ctx, [&](Carver& cv) { s.carve(cv, a.dims); });
-    rnn_forward(ctx.threads(), a, s, y, yh);
+    run_forward<T, ForwardScratch<T>>(ctx, spec_, [](auto&&... args) { rnn_forward(args...); });
   }
 };
 
@@ -88,15 +83,13 @@ class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
     Args<T> a = make_args<T>(ctx, spec_, false);
     const Dims& D = a.dims;
     const int64_t H = D.H, B = D.B, rows = D.rows(), I = D.I;
-    const T* y_in = optional_input<T>(ctx, spec_, kY, D.y_shape(), "Y");
-    const T* dy = optional_input<T>(ctx, spec_, kdY, D.y_shape(), "dY");
-    const T* dyh = optional_input<T>(ctx, spec_, kdYh, D.state_shape(), "dY_h");
+    const OutputGradients<T> og = output_gradients<T>(ctx, spec_, D, kY);
 
     ForwardScratch<T> fs;
     T *y_own = nullptr, *hp, *pre, *dgs, *dh, *zeros;
     uint8_t* mask;
     carve_scratch(ctx, [&](Carver& cv) {
-      if (!y_in) {
+      if (!og.y) {
         fs.carve(cv, D);
         y_own = cv.take<T>(D.T * D.D * B * H);
       } else {
@@ -111,15 +104,11 @@ class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
       mask = spec_.has_clip ? cv.take<uint8_t>(rows * H) : nullptr;
     });
     ThreadPool& pool = ctx.threads();
-    if (!y_in) rnn_forward(pool, a, fs, y_own, static_cast<T*>(nullptr));
-    const T* y = y_in ? y_in : y_own;
+    if (!og.y) rnn_forward(pool, a, fs, y_own, static_cast<T*>(nullptr));
+    const T* y = og.y ? og.y : y_own;
     std::fill_n(zeros, H, T(0));
 
-    T* dx = needed_output<T>(ctx, 0, ctx.input(kX).shape());
-    T* dw = needed_output<T>(ctx, 1, {D.D, H, I});
-    T* dr = needed_output<T>(ctx, 2, {D.D, H, H});
-    T* db = needed_output<T>(ctx, 3, {D.D, 2 * H});
-    T* dh0 = needed_output<T>(ctx, 4, D.state_shape());
+    const InputGradients<T> ig = input_gradients<T>(ctx, D, H);
     const int64_t steps = a.max_len();
 
     for (int d = 0; d < D.D; ++d) {
@@ -141,7 +130,7 @@ class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
           if (m) apply_clip_mask(g, m, H);
         }
       });
-      load_states(D, d, dyh, dh);
+      load_states(D, d, og.dyh, dh);
       for (int64_t step = steps - 1; step >= 0; --step) {
         pool.parallel_for(B, row_grain(H), [&](int64_t b0, int64_t b1) {
           for (int64_t b = b0; b < b1; ++b) {
@@ -153,7 +142,7 @@ class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
             }
             const int64_t t = time_at(rev, step, len);
             T* s = pre + D.x_row(t, b) * H;
-            const T* dyr = dy ? dy + D.y_offset(t, d, b) : zeros;
+            const T* dyr = og.dy ? og.dy + D.y_offset(t, d, b) : zeros;
             T* dhb = dh + b * H;
             for (int64_t j = 0; j < H; ++j) {
               dg[j] = (dhb[j] + dyr[j]) * s[j];
@@ -166,16 +155,16 @@ class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
       }
       T* dG = pre;
       zero_padded_rows(D, a.lens, H, dG);
-      if (dx) matmul<T>(pool, false, false, rows, I, H, dG, H, W, I, d == 0 ? T(0) : T(1), dx, I);
-      if (dw) matmul<T>(pool, true, false, H, I, rows, dG, H, a.x, I, T(0), dw + d * H * I, I);
-      if (dr) matmul<T>(pool, true, false, H, H, rows, dG, H, hp, H, T(0), dr + d * H * H, H);
-      if (db) {
-        T* dbd = db + d * 2 * H;
+      if (ig.dx) matmul<T>(pool, false, false, rows, I, H, dG, H, W, I, d == 0 ? T(0) : T(1), ig.dx, I);
+      if (ig.dw) matmul<T>(pool, true, false, H, I, rows, dG, H, a.x, I, T(0), ig.dw + d * H * I, I);
+      if (ig.dr) matmul<T>(pool, true, false, H, H, rows, dG, H, hp, H, T(0), ig.dr + d * H * H, H);
+      if (ig.db) {
+        T* dbd = ig.db + d * 2 * H;
         std::fill_n(dbd, H, T(0));
         column_sums(dG, rows, H, H, dbd);
         std::copy_n(dbd, H, dbd + H);
       }
-      store_states(D, d, dh, dh0);
+      store_states(D, d, dh, ig.dh0);
     }
   }
 };
