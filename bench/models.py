@@ -216,7 +216,7 @@ DEFAULT_DROPOUT = {"cnn": 0.5, "transformer": 0.1, "mobilenet_v3_small": 0.2, "v
 
 # Stochastic depth (torchvision) and drop path (timm) draw from the contender's own random stream,
 # as dropout does, so a loss-agreement run (an explicit dropout, 0) sets their p too.
-_STOCHASTIC_DEPTH_MODULES = ("StochasticDepth", "DropPath")
+_STOCHASTIC_DEPTH_PROBABILITY = {"StochasticDepth": "p", "DropPath": "drop_prob"}  # class name: its attribute
 
 
 def build(name, dropout=None):
@@ -225,10 +225,11 @@ def build(name, dropout=None):
     model = entry["build"](p)
     if dropout is not None:
         for module in model.modules():
-            if type(module).__name__ in _STOCHASTIC_DEPTH_MODULES:
-                if not hasattr(module, "p") and not hasattr(module, "drop_prob"):
-                    raise RuntimeError(f"{name}: {type(module).__name__} has neither p nor drop_prob")
-                setattr(module, "p" if hasattr(module, "p") else "drop_prob", dropout)
+            attribute = _STOCHASTIC_DEPTH_PROBABILITY.get(type(module).__name__)
+            if attribute is not None:
+                if not hasattr(module, attribute):
+                    raise RuntimeError(f"{name}: {type(module).__name__} has no attribute {attribute!r} to set")
+                setattr(module, attribute, dropout)
     return model
 
 

@@ -139,7 +139,8 @@ class GruKernel final : public RecurrentKernel<GruKernel> {
   }
 };
 
-enum GradInput { kY = 6, kdY = 7, kdYh = 8 };
+// Y, then dY and dY_h (output_gradients reads all three from here).
+constexpr int kY = 6;
 
 class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
  public:

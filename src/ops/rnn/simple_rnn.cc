@@ -72,7 +72,8 @@ class RnnKernel final : public RecurrentKernel<RnnKernel> {
   }
 };
 
-enum GradInput { kY = 6, kdY = 7, kdYh = 8 };
+// Y, then dY and dY_h (output_gradients reads all three from here).
+constexpr int kY = 6;
 
 class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
  public:
