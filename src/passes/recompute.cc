@@ -36,7 +36,7 @@ bool is_cheap(const Node& n) {
       "Softplus", "Softsign", "ThresholdedRelu", "Shrink", "Gelu",
       // normalizations, and Dropout (recomputed from its mask)
       "LayerNormalization", "InstanceNormalization", "Dropout"};
-  static const std::unordered_set<std::string> own_ops = {"Gelu"};
+  static const std::unordered_set<std::string> own_ops = {"Gelu", "Silu"};
   if (n.domain.empty()) return onnx_ops.count(n.op_type) > 0;
   return n.domain == kOnnxTrainDomain && own_ops.count(n.op_type) > 0;
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "session/training_session.h"
 
@@ -101,6 +102,12 @@ TEST(ElementwiseEdges, HardTanhHasNoGradientAtItsBoundsNorAtNaN) {
                 "HardTanh");
   AttributeMap relu6{{"min_val", Attribute::of_float(0.0f)}, {"max_val", Attribute::of_float(6.0f)}};
   expect_values(grads_of("HardTanh", {{0, 6, 3}}, relu6, kOnnxTrainDomain)[0], {0, 0, 1}, "relu6");
+}
+
+TEST(ElementwiseEdges, SiluGradientAtZeroInItsTailsAndAtInfinity) {
+  const double inf = std::numeric_limits<double>::infinity();
+  expect_values(grads_of("Silu", {{0, -30, 30, inf, -inf, kNaN, -100}}, {}, kOnnxTrainDomain)[0],
+                {0.5, -2.713710660963134e-12, 1.000000000002711, kNaN, kNaN, kNaN, -3.682875216260627e-42}, "Silu");
 }
 
 TEST(ElementwiseEdges, KinksTakeTorchsSide) {

@@ -61,6 +61,41 @@ TEST(ElementwiseFusion, TranscendentalsMatchTheirStandaloneKernelsBitForBit) {
   expect_same_numbers(g, {random_tensor(DType::Float32, {3, 700}, 4, -3, 3)});
 }
 
+TEST(ElementwiseFusion, SiluFusesAndMatchesItsStandaloneKernel) {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Graph g;
+    add_input(g, "x", dtype, {3, 701});
+    g.add_node({"silu", "Silu", kOnnxTrainDomain, {"x"}, {"s"}, {}});
+    g.add_node({"add", "Add", "", {"s", "x"}, {"y"}, {}});
+    g.outputs = {"y"};
+    g.opsets[kOnnxTrainDomain] = 1;
+    Graph fused = g;
+    EXPECT_TRUE(fuse_elementwise(fused));
+    ASSERT_EQ(fused.nodes.size(), 1u);
+    // Past +-20 the float32 sigmoid saturates: both tails are in the range.
+    expect_same_numbers(g, {random_tensor(dtype, {3, 701}, 9, -25, 25)});
+  }
+}
+
+TEST(ElementwiseFusion, SiluGradFusesAndMatchesItsStandaloneKernel) {
+  // SiluGrad has no gradient of its own, so only the forward run is compared.
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Graph g;
+    add_input(g, "dy", dtype, {3, 701});
+    add_input(g, "x", dtype, {3, 701});
+    g.add_node({"grad", "SiluGrad", kOnnxTrainDomain, {"dy", "x"}, {"d"}, {}});
+    g.add_node({"mul", "Mul", "", {"d", "x"}, {"y"}, {}});
+    g.outputs = {"y"};
+    g.opsets[kOnnxTrainDomain] = 1;
+    Graph fused = g;
+    EXPECT_TRUE(fuse_elementwise(fused));
+    ASSERT_EQ(fused.nodes.size(), 1u);
+    const std::vector<Tensor> feeds = {random_tensor(dtype, {3, 701}, 10), random_tensor(dtype, {3, 701}, 11, -25, 25)};
+    InferenceSession off(g, false, 0), on(g, false, 1);
+    EXPECT_EQ(max_difference(off.run(feeds, 3)[0], on.run(feeds, 3)[0]), 0);
+  }
+}
+
 TEST(ElementwiseFusion, ValuesReadOutsideTheChainStayOutputs) {
   Graph g;
   add_input(g, "x", DType::Float64, {4, 5});

@@ -29,8 +29,8 @@ Graph two_layers(const std::string& activation, bool checkpointed) {
   const std::string in = checkpointed ? "x_in" : "x", out = checkpointed ? "a" : "a_out";
   if (checkpointed) g.add_node(marker("CheckpointBegin", 0, {"x"}, {"x_in"}));
   g.add_node({"fc1", "Gemm", "", {in, "w1"}, {"h"}, kTransB});
-  if (activation == "Gelu") {
-    g.add_node({"act", "Gelu", kOnnxTrainDomain, {"h"}, {out}, {}});
+  if (activation == "Gelu" || activation == "Silu") {
+    g.add_node({"act", activation, kOnnxTrainDomain, {"h"}, {out}, {}});
   } else if (activation == "LayerNormalization") {
     add_input(g, "scale", DType::Float32, {10});
     g.add_node({"act", "LayerNormalization", "", {"h", "scale"}, {out}, {}});
@@ -164,7 +164,7 @@ TEST(Recompute, ACheckpointedSegmentStashesItsInputsOnly) {
 }
 
 TEST(Recompute, CheckpointedSegmentsComputeTheSameNumbers) {
-  for (const char* activation : {"Tanh", "Gelu", "LayerNormalization", "Sigmoid"}) {
+  for (const char* activation : {"Tanh", "Gelu", "Silu", "LayerNormalization", "Sigmoid"}) {
     for (int level : {0, 1}) {
       SCOPED_TRACE(std::string(activation) + " level " + std::to_string(level));
       const Graph plain = two_layers(activation, false), checkpointed = two_layers(activation, true);
@@ -174,8 +174,9 @@ TEST(Recompute, CheckpointedSegmentsComputeTheSameNumbers) {
       const auto actual = train_step(checkpointed, options(checkpointed, level), feeds, &checkpointed_bytes, &recomputed);
       expect_identical(expected, actual);
       EXPECT_LT(checkpointed_bytes, plain_bytes);
-      // a, [5, 10] floats; and h, which the gradients of Gelu and LayerNormalization read.
-      const bool reads_input = std::string(activation) == "Gelu" || std::string(activation) == "LayerNormalization";
+      // a, [5, 10] floats; and h, which the gradients of Gelu, Silu and LayerNormalization read.
+      const std::string act = activation;
+      const bool reads_input = act == "Gelu" || act == "Silu" || act == "LayerNormalization";
       EXPECT_EQ(recomputed, (reads_input ? 2 : 1) * 5 * 10 * 4);
     }
   }
@@ -183,7 +184,7 @@ TEST(Recompute, CheckpointedSegmentsComputeTheSameNumbers) {
 
 TEST(Recompute, CheapActivationsWhoseInputsAreKeptAreRecomputed) {
   // Gelu's gradient reads h, so fc2's reading a costs a Gelu in backward instead of a in the stash.
-  for (const char* activation : {"Gelu", "LayerNormalization"}) {
+  for (const char* activation : {"Gelu", "Silu", "LayerNormalization"}) {
     for (int level : {0, 1}) {
       SCOPED_TRACE(std::string(activation) + " level " + std::to_string(level));
       const Graph g = two_layers(activation, false);

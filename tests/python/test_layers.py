@@ -1,10 +1,12 @@
 """Layers, activations and losses through onnxtrain against PyTorch: outputs, input and parameter
 gradients, and optimizer state over a few steps."""
+import onnx
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import onnxtrain
 from parity import train_and_compare
 
 
@@ -36,6 +38,22 @@ def test_activation(activation):
     net = nn.Sequential(nn.Linear(6, 8), activation, nn.Linear(8, 3))
     train_and_compare(Sum(net), fixed((randn(5, 6, seed=1) * 2,), (randn(3, 6, seed=2) * 2,)), steps=3,
                       input_grad=True)
+
+
+@pytest.mark.parametrize("activation, op", [(nn.SiLU(), "Silu"), (nn.GELU(), "Gelu"), (nn.GELU(approximate="tanh"), "Gelu")],
+                         ids=["silu", "gelu", "gelu_tanh"])
+def test_silu_and_gelu_are_one_engine_op_whose_gradient_reads_the_input(tmp_path, activation, op):
+    # Written as their formulas' elementwise ops, both would stash every intermediate for backward.
+    options = onnxtrain.DebugOptions(save_onnx=True, onnx_prefix="net", save_path=str(tmp_path), optimization_level=0)
+    torch.manual_seed(0)
+    model = onnxtrain.ORTModule(nn.Sequential(nn.Linear(6, 8), activation, nn.Linear(8, 3)), debug_options=options)
+    model(randn(5, 6, seed=1)).sum().backward()
+    exported = onnx.load(str(tmp_path / "net_train_exported.onnx")).graph.node
+    assert [(n.domain, n.op_type) for n in exported if n.domain or n.op_type in ("Sigmoid", "Erf", "Tanh")] == \
+        [("ai.onnxtrain", op)]
+    backward = onnx.load(str(tmp_path / "net_train_backward.onnx")).graph.node
+    grads = [n for n in backward if n.op_type == op + "Grad"]
+    assert len(grads) == 1 and grads[0].input[1] == exported[[n.op_type for n in exported].index(op)].input[0]
 
 
 @pytest.mark.parametrize("dim", [0, 1, 2, -1])

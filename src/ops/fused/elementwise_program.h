@@ -21,6 +21,7 @@ enum class Opcode : int64_t {
   Sigmoid, Tanh, Erf, GeluExact, GeluTanh,
   LeakyRelu,                                                     // unary with an immediate
   ReluGrad, SigmoidGrad, TanhGrad, GeluExactGrad, GeluTanhGrad,  // (dY, forward value)
+  Silu, SiluGrad,                                                // appended: codes stay stable
   kCount,
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops/activation/gelu_math.h"
+#include "ops/activation/silu_math.h"
 #include "ops/common/broadcast.h"
 #include "ops/common/elementwise.h"
 #include "ops/fused/elementwise_program.h"
@@ -24,7 +25,7 @@ int arity(Opcode op) {
   switch (op) {
     case Opcode::Add: case Opcode::Sub: case Opcode::Mul: case Opcode::Div:
     case Opcode::ReluGrad: case Opcode::SigmoidGrad: case Opcode::TanhGrad:
-    case Opcode::GeluExactGrad: case Opcode::GeluTanhGrad:
+    case Opcode::GeluExactGrad: case Opcode::GeluTanhGrad: case Opcode::SiluGrad:
       return 2;
     default:
       return 1;
@@ -58,6 +59,8 @@ bool lower(const Node& n, Lowered& out) {
   const bool tanh = approximate == "tanh";
   if (op == "Gelu" && inputs == 1) return out = {tanh ? Opcode::GeluTanh : Opcode::GeluExact}, true;
   if (op == "GeluGrad" && inputs == 2) return out = {tanh ? Opcode::GeluTanhGrad : Opcode::GeluExactGrad}, true;
+  if (op == "Silu" && inputs == 1) return out = {Opcode::Silu}, true;
+  if (op == "SiluGrad" && inputs == 2) return out = {Opcode::SiluGrad}, true;
   if (op == "ReluGrad" && inputs == 2) return out = {Opcode::ReluGrad}, true;
   if (op == "SigmoidGrad" && inputs == 2) return out = {Opcode::SigmoidGrad}, true;
   if (op == "TanhGrad" && inputs == 2) return out = {Opcode::TanhGrad}, true;
@@ -172,6 +175,14 @@ void run(Opcode op, float imm, const T* a, const T* b, T* o, int64_t n) {
     case Opcode::GeluTanhGrad:
       if constexpr (f32) return vec_zip(a, b, o, n, [](fast::VF g, fast::VF v) { return gelu_math::tanh_grad(g, v); });
       else for (int64_t i = 0; i < n; ++i) o[i] = gelu_math::tanh_grad(a[i], b[i]);
+      return;
+    case Opcode::Silu:
+      if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return silu_math::forward(v); });
+      else for (int64_t i = 0; i < n; ++i) o[i] = silu_math::forward(a[i]);
+      return;
+    case Opcode::SiluGrad:
+      if constexpr (f32) return vec_zip(a, b, o, n, [](fast::VF g, fast::VF v) { return silu_math::grad(g, v); });
+      else for (int64_t i = 0; i < n; ++i) o[i] = silu_math::grad(a[i], b[i]);
       return;
     case Opcode::kCount: break;
   }

@@ -6,8 +6,12 @@ training step would be silently wrong. Ours writes BatchNormalization in trainin
 onnx_rewrites then turns into the engine's BatchNormTraining (PyTorch's running-variance update)
 with the new statistics as graph outputs. Its squeeze of a dynamic dim fails for every size but
 1, where torch.export traced it as no squeeze (_squeezed). Its detach is an Identity, through which
-the engine would differentiate: ours is the engine's StopGradient. The losses and the integer and
-extremum ops have modules of their own (translations_losses.py, translations_integers.py).
+the engine would differentiate: ours is the engine's StopGradient. gelu and silu are the engine's
+Gelu and Silu, whose gradients read only their input, where onnxscript writes them as the
+elementwise ops of their formulas (opset 18 has no Gelu), whose training graphs stash every
+intermediate and take several kernels each way. The losses and the integer and
+extremum ops and attention have modules of their own (translations_losses.py,
+translations_integers.py, translations_attention.py).
 """
 import torch
 from onnxscript import opset18 as op
@@ -100,6 +104,18 @@ def relu6(x):
     return hardtanh(x, 0.0, 6.0)
 
 
+def gelu(x, approximate: str = "none"):
+    from . import stubs
+
+    return stubs.engine_node("Gelu", [x], approximate=approximate)
+
+
+def silu(x):
+    from . import stubs
+
+    return stubs.engine_node("Silu", [x])
+
+
 def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-05, cudnn_enabled: bool = True):
     """group_norm as the TorchScript exporter writes it (whose NaN propagation the suite checks
     against eager): each group's values normalized by InstanceNormalization over [N, groups, rest],
@@ -125,7 +141,7 @@ def decomposed():
 
 def table():
     """The custom_translation_table for torch.onnx.export."""
-    from . import checkpoints, translations_integers, translations_losses
+    from . import checkpoints, translations_attention, translations_integers, translations_losses
     from .functions import python_function, python_op_translation
 
     aten = torch.ops.aten
@@ -133,6 +149,7 @@ def table():
         **checkpoints.translations(),
         **translations_losses.table(),
         **translations_integers.table(),
+        **translations_attention.table(),
         python_function._opoverload: python_op_translation,
         aten._native_batch_norm_legit_functional.default: batch_norm_functional,
         aten._native_batch_norm_legit.no_stats: batch_norm_no_stats,
@@ -143,6 +160,8 @@ def table():
         aten.hardtanh.default: hardtanh,
         aten.relu6.default: relu6,
         aten.group_norm.default: group_norm,
+        aten.gelu.default: gelu,
+        aten.silu.default: silu,
     }
 
 

@@ -16,6 +16,8 @@ onnxtrain exports:
   becomes -Softplus(-x), which is finite everywhere, as PyTorch's own kernel is;
 - gelu exports as five elementwise ops whose training graph stashes four intermediates per
   call; it becomes onnxtrain's Gelu, whose gradient reads only its input;
+- silu exports as Mul(x, Sigmoid(x)), whose training graph stashes x and sigmoid(x): it becomes
+  onnxtrain's Silu, whose gradient reads only x;
 - x.bernoulli_(p) (torchvision's stochastic depth) reaches torch's bernoulli symbolic with p in
   the generator's place and is refused; it becomes ONNX Bernoulli of p filled to x's shape
   (torch.bernoulli(probs) becomes Bernoulli(probs)), drawn by the engine from the run's seed;
@@ -130,6 +132,10 @@ def _gelu(g, self, approximate="none"):
     return g.op(f"{DOMAIN}::Gelu", self, approximate_s=mode)
 
 
+def _silu(g, self):
+    return g.op(f"{DOMAIN}::Silu", self)
+
+
 def _bernoulli(g, input, *args):
     # (input, generator[, out]) for torch.bernoulli(probs); (input, p, generator) for
     # input.bernoulli_(p) after torch turned the in-place op into this one.
@@ -215,6 +221,7 @@ _SYMBOLICS = {
     "aten::log_sigmoid": _log_sigmoid,
     "aten::bernoulli": _bernoulli,
     "aten::gelu": _gelu,
+    "aten::silu": _silu,
     "aten::max": _extremum_along("ArgMax", opset9.max),
     "aten::min": _extremum_along("ArgMin", opset9.min),
     "aten::mse_loss": _mse_loss,

@@ -1,0 +1,66 @@
+"""scaled_dot_product_attention as the engine runs it best, in place of onnxscript's, which:
+
+- writes a dropout_p > 0 as a Dropout without its training_mode input, an inference Dropout that
+  drops nothing, while eager drops in training (HF GPT-2 passes its attn_pdrop of 0.1);
+- transposes K by reshaping it to rank 3 and back (a copy each way, and their gradients), and
+  scales both Q and K^T by sqrt(scale): two elementwise passes and their gradients, where one
+  Transpose folds into the product and one Mul scales Q, as timm's own attention does.
+
+softmax(Q K^T scale + mask) V, a bool mask as 0 / the dtype's lowest value (as onnxscript writes
+it) and is_causal as the lower-left triangle of L x S. enable_gqa with fewer key heads than query
+heads is left to onnxscript's translation, which repeats the key and value heads.
+"""
+import math
+from typing import Optional
+
+from onnxscript import ir
+from onnxscript import opset18 as op
+
+
+def _causal_mask(query, key):
+    """[L, S] bool: key position j visible from query position i where j <= i (torch's tril)."""
+    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+    rows = op.Range(zero, op.Squeeze(op.Shape(query, start=-2, end=-1)), one)
+    cols = op.Range(zero, op.Squeeze(op.Shape(key, start=-2, end=-1)), one)
+    return op.LessOrEqual(op.Unsqueeze(cols, op.Constant(value_ints=[0])), op.Unsqueeze(rows, op.Constant(value_ints=[1])))
+
+
+def _scale(query, scale):
+    if scale is not None:
+        return op.CastLike(op.Constant(value_float=float(scale)), query)
+    head_size = query.shape[-1]
+    if isinstance(head_size, int):
+        return op.CastLike(op.Constant(value_float=1.0 / math.sqrt(head_size)), query)
+    size = op.CastLike(op.Shape(query, start=-1), query)
+    return op.Reciprocal(op.Sqrt(size))
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: Optional[float] = None, enable_gqa: bool = False):
+    if enable_gqa and query.shape[1] != key.shape[1]:
+        from onnxscript.function_libs.torch_lib.ops import nn as torchlib_nn
+
+        return torchlib_nn.aten_scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                                             enable_gqa)
+    rank = len(key.shape)
+    perm = list(range(rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    scores = op.MatMul(op.Mul(query, _scale(query, scale)), op.Transpose(key, perm=perm))
+    if is_causal:
+        attn_mask = _causal_mask(query, key)
+    if attn_mask is not None:
+        if is_causal or attn_mask.dtype == ir.DataType.BOOL:
+            lowest = op.CastLike(op.Constant(value_float=-math.inf), query)
+            attn_mask = op.Where(attn_mask, op.CastLike(op.Constant(value_float=0.0), query), lowest)
+        scores = op.Add(scores, attn_mask)
+    weights = op.Softmax(scores, axis=-1)
+    if dropout_p > 0:
+        training = op.Constant(value=ir.tensor(True, dtype=ir.DataType.BOOL))
+        weights, _ = op.Dropout(weights, op.Constant(value_float=float(dropout_p)), training)
+    return op.MatMul(weights, value)
+
+
+def table():
+    import torch
+
+    return {torch.ops.aten.scaled_dot_product_attention.default: scaled_dot_product_attention}

@@ -1,0 +1,78 @@
+"""F.scaled_dot_product_attention (torch 2.x) through the engine against eager: every mask form,
+an explicit scale, and a dropout that really drops in training. Each capture writes it its own way
+(capture/torch_export/translations_attention.py, capture/torchscript/symbolics_attention.py)."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import onnxtrain
+from conftest import assert_engine_ran
+from parity import train_and_compare
+
+pytestmark = pytest.mark.skipif(not hasattr(F, "scaled_dot_product_attention"),
+                                reason=f"torch {torch.__version__} has no scaled_dot_product_attention")
+
+
+def randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, causal=False, scale=None, dim=16, heads=2):
+        super().__init__()
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.causal, self.scale, self.heads = causal, scale, heads
+
+    def forward(self, x, mask=None):
+        batch, length, dim = x.shape
+        q, k, v = self.qkv(x).reshape(batch, length, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
+        kwargs = {} if self.scale is None else {"scale": self.scale}
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal, **kwargs)
+        y = self.out(o.transpose(1, 2).reshape(batch, length, dim))
+        return (y * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum()
+
+
+def bool_mask(length, seed):
+    mask = randn(length, length, seed=seed) > 0
+    mask[:, 0] = True  # every query position attends to something
+    return mask
+
+
+@pytest.mark.parametrize("form", ["none", "bool", "float", "causal", "scale"])
+def test_attention_trains_as_eager(form):
+    torch.manual_seed(0)
+    module = SelfAttention(causal=form == "causal", scale=0.3 if form == "scale" else None)
+    masks = {"bool": lambda s: bool_mask(7, s), "float": lambda s: randn(7, 7, seed=s)}
+
+    def batch(step):
+        x = randn(3, 7, 16, seed=step)
+        return ((x, masks[form](10 + step)) if form in masks else (x,)), None
+
+    train_and_compare(module, batch, steps=3, input_grad=True)
+
+
+class DroppedWeights(nn.Module):
+    """With V the identity, the output is the attention weights as dropout left them."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k = nn.Parameter(randn(1, 2, 6, 4, seed=1)), nn.Parameter(randn(1, 2, 6, 4, seed=2))
+
+    def forward(self, v):
+        return F.scaled_dot_product_attention(self.q, self.k, v, dropout_p=0.5 if self.training else 0.0)
+
+
+def test_attention_dropout_drops_in_training_and_scales_what_it_keeps():
+    module = DroppedWeights()
+    weights = torch.softmax(module.q @ module.k.transpose(-1, -2) / 2, -1).detach()
+    model = onnxtrain.ORTModule(module)
+    out = model(torch.eye(6).expand(1, 2, 6, 6).contiguous())
+    assert_engine_ran(out)
+    kept = out != 0
+    assert 0.25 < kept.float().mean() < 0.75, f"{kept.float().mean():.2f} of the weights kept at dropout_p=0.5"
+    torch.testing.assert_close(out[kept], 2 * weights[kept], rtol=1e-5, atol=1e-6)
+    out.sum().backward()
+    assert module.q.grad is not None and module.q.grad.abs().sum() > 0
+    model.eval()
+    torch.testing.assert_close(model(torch.eye(6).expand(1, 2, 6, 6).contiguous()), weights, rtol=1e-5, atol=1e-6)
