@@ -33,17 +33,28 @@ class SelfAttention(nn.Module):
         return (y * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum()
 
 
-def bool_mask(length, seed):
+def bool_mask(length, seed, blind_row=None):
     mask = randn(length, length, seed=seed) > 0
     mask[:, 0] = True  # every query position attends to something
+    if blind_row is not None:
+        mask[blind_row] = False  # but this one: eager gives it zero weights
     return mask
 
 
-@pytest.mark.parametrize("form", ["none", "bool", "float", "causal", "scale"])
+def float_mask(length, seed, blind_row=None):
+    mask = randn(length, length, seed=seed)
+    if blind_row is not None:
+        mask[blind_row] = -float("inf")
+    return mask
+
+
+@pytest.mark.parametrize("form", ["none", "bool", "float", "causal", "scale", "bool_blind_row", "float_blind_row"])
 def test_attention_trains_as_eager(form):
     torch.manual_seed(0)
     module = SelfAttention(causal=form == "causal", scale=0.3 if form == "scale" else None)
-    masks = {"bool": lambda s: bool_mask(7, s), "float": lambda s: randn(7, 7, seed=s)}
+    masks = {"bool": lambda s: bool_mask(7, s), "float": lambda s: float_mask(7, s),
+             "bool_blind_row": lambda s: bool_mask(7, s, blind_row=s % 7),
+             "float_blind_row": lambda s: float_mask(7, s, blind_row=s % 7)}
 
     def batch(step):
         x = randn(3, 7, 16, seed=step)

@@ -6,8 +6,10 @@
   scales both Q and K^T by sqrt(scale): two elementwise passes and their gradients, where one
   Transpose folds into the product and one Mul scales Q, as timm's own attention does.
 
-softmax(Q K^T scale + mask) V, a bool mask as 0 / the dtype's lowest value (as onnxscript writes
-it) and is_causal as the lower-left triangle of L x S. enable_gqa with fewer key heads than query
+softmax(Q K^T scale + mask) V, a bool mask as 0 / -inf and is_causal as the lower-left triangle of
+L x S. A query position that a mask lets see no key gets zero weights, as in eager (onnxscript's
+bool mask, at the dtype's lowest value instead of -inf, averages all values there; a float mask's
+-inf row is NaN). enable_gqa with fewer key heads than query
 heads is left to onnxscript's translation, which repeats the key and value heads.
 """
 import math
@@ -23,6 +25,14 @@ def _causal_mask(query, key):
     rows = op.Range(zero, op.Squeeze(op.Shape(query, start=-2, end=-1)), one)
     cols = op.Range(zero, op.Squeeze(op.Shape(key, start=-2, end=-1)), one)
     return op.LessOrEqual(op.Unsqueeze(cols, op.Constant(value_ints=[0])), op.Unsqueeze(rows, op.Constant(value_ints=[1])))
+
+
+def _softmax_of_masked(scores, zero, lowest):
+    """Softmax over the keys, where eager gives a query position that sees no key (its row all
+    -inf) zero weights and a zero gradient: the softmax of such a row is NaN each way, so it runs
+    on zeros there and its result is zeroed. A NaN score still propagates, as in eager."""
+    sees_nothing = op.Equal(op.ReduceMax(scores, op.Constant(value_ints=[-1]), keepdims=1), lowest)
+    return op.Where(sees_nothing, zero, op.Softmax(op.Where(sees_nothing, zero, scores), axis=-1))
 
 
 def _scale(query, scale):
@@ -48,12 +58,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     scores = op.MatMul(op.Mul(query, _scale(query, scale)), op.Transpose(key, perm=perm))
     if is_causal:
         attn_mask = _causal_mask(query, key)
-    if attn_mask is not None:
+    if attn_mask is None:
+        weights = op.Softmax(scores, axis=-1)
+    else:
+        zero = op.CastLike(op.Constant(value_float=0.0), query)
+        lowest = op.CastLike(op.Constant(value_float=-math.inf), query)
         if is_causal or attn_mask.dtype == ir.DataType.BOOL:
-            lowest = op.CastLike(op.Constant(value_float=-math.inf), query)
-            attn_mask = op.Where(attn_mask, op.CastLike(op.Constant(value_float=0.0), query), lowest)
-        scores = op.Add(scores, attn_mask)
-    weights = op.Softmax(scores, axis=-1)
+            attn_mask = op.Where(attn_mask, zero, lowest)
+        weights = _softmax_of_masked(op.Add(scores, attn_mask), zero, lowest)
     if dropout_p > 0:
         training = op.Constant(value=ir.tensor(True, dtype=ir.DataType.BOOL))
         weights, _ = op.Dropout(weights, op.Constant(value_float=float(dropout_p)), training)
