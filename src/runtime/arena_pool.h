@@ -5,6 +5,8 @@
 // costs no new memory. Idle arenas count against one process-wide byte budget
 // (ONNXTRAIN_PLAN_CACHE_MB, default 1024, or set_arena_budget); past it, the least recently used
 // are unmapped. Arenas in use are never counted or evicted: a run cannot go without its memory.
+// The default budget grows to the most arena memory in use at once so far (one training step's
+// forward and backward), so that a step never unmaps what the next one maps again.
 #include <cstddef>
 #include <cstdint>
 
@@ -36,7 +38,8 @@ void return_arena(Arena arena);
 
 size_t idle_arena_bytes();
 size_t arena_budget();
-void set_arena_budget(size_t bytes);  // evicts at once down to the new budget
+void set_arena_budget(size_t bytes);  // evicts at once down to the new budget, which stays exact
+void use_default_arena_budget(size_t bytes);  // a budget that grows to the most in use at once
 void release_idle_arenas();
 
 }  // namespace onnxtrain

@@ -42,6 +42,18 @@ TEST(ArenaPool, ReusesAnIdleArenaThatFitsAndEvictsTheOldestPastTheBudget) {
   EXPECT_EQ(idle_arena_bytes(), 0u);
 }
 
+TEST(ArenaPool, TheDefaultBudgetKeepsTheArenasOfAStepThatExceedsIt) {
+  release_idle_arenas();
+  ScopedArenaBudget restore(arena_budget());
+  use_default_arena_budget(1 << 20);
+  Arena forward = take_arena(1 << 20), backward = take_arena(2 << 20);  // 3 MiB in use at once
+  return_arena(std::move(forward));
+  return_arena(std::move(backward));
+  EXPECT_GE(idle_arena_bytes(), size_t(3) << 20);  // both stay for the next step
+  set_arena_budget(1 << 20);  // a budget the user sets is kept exactly
+  EXPECT_LE(idle_arena_bytes(), size_t(1) << 20);
+}
+
 TEST(BufferCache, StaysWithinItsLimitEvictingTheLeastRecentlyFreed) {
   release_cached_buffers();
   ScopedBufferLimit limit(1 << 20);

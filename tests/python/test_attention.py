@@ -63,6 +63,31 @@ def test_attention_trains_as_eager(form):
     train_and_compare(module, batch, steps=3, input_grad=True)
 
 
+class GroupedQueryAttention(nn.Module):
+    """Llama's shape of attention: 4 query heads share 2 key/value heads, causal."""
+
+    def __init__(self, dim=16, heads=4, kv_heads=2):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.q, self.kv, self.out = nn.Linear(dim, dim), nn.Linear(dim, 2 * kv_heads * self.head_dim), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        batch, length, dim = x.shape
+        q = self.q(x).reshape(batch, length, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).reshape(batch, length, 2, self.kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        y = self.out(o.transpose(1, 2).reshape(batch, length, dim))
+        return (y * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum()
+
+
+@pytest.mark.skipif(tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 5),
+                    reason="enable_gqa came with torch 2.5")
+def test_grouped_query_attention_trains_as_eager():
+    torch.manual_seed(0)
+    train_and_compare(GroupedQueryAttention(), lambda step: ((randn(2, 5, 16, seed=step),), None), steps=3,
+                      input_grad=True)
+
+
 class DroppedWeights(nn.Module):
     """With V the identity, the output is the attention weights as dropout left them."""
 

@@ -9,8 +9,8 @@
 softmax(Q K^T scale + mask) V, a bool mask as 0 / -inf and is_causal as the lower-left triangle of
 L x S. A query position that a mask lets see no key gets zero weights, as in eager (onnxscript's
 bool mask, at the dtype's lowest value instead of -inf, averages all values there; a float mask's
--inf row is NaN). enable_gqa with fewer key heads than query
-heads is left to onnxscript's translation, which repeats the key and value heads.
+-inf row is NaN there). With enable_gqa, each key and value head serves as many query heads in a
+row (torch's repeat_interleave over the head dim).
 """
 import math
 from typing import Optional
@@ -35,6 +35,22 @@ def _softmax_of_masked(scores, zero, lowest):
     return op.Where(sees_nothing, zero, op.Softmax(op.Where(sees_nothing, zero, scores), axis=-1))
 
 
+def _shared_heads(x, query_heads):
+    """x [..., H, S, E] with each of its H heads repeated for query_heads / H query heads in a row."""
+    heads = x.shape[-3]
+    if not isinstance(heads, int) or not isinstance(query_heads, int) or query_heads % heads:
+        raise NotImplementedError(f"scaled_dot_product_attention with enable_gqa: {query_heads} query heads and "
+                                  f"{heads} key/value heads, where the capture needs fixed head counts, the first a "
+                                  "multiple of the second")
+    if heads == query_heads:
+        return x
+    repeats = op.Constant(value_ints=[query_heads // heads])
+    expanded = op.Concat(op.Shape(x, end=-2), repeats, op.Shape(x, start=-2), axis=0)
+    grouped = op.Expand(op.Unsqueeze(x, op.Constant(value_ints=[-3])), expanded)
+    merged = op.Concat(op.Shape(x, end=-3), op.Constant(value_ints=[query_heads]), op.Shape(x, start=-2), axis=0)
+    return op.Reshape(grouped, merged)
+
+
 def _scale(query, scale):
     if scale is not None:
         return op.CastLike(op.Constant(value_float=float(scale)), query)
@@ -47,12 +63,9 @@ def _scale(query, scale):
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: Optional[float] = None, enable_gqa: bool = False):
-    if enable_gqa and query.shape[1] != key.shape[1]:
-        from onnxscript.function_libs.torch_lib.ops import nn as torchlib_nn
-
-        return torchlib_nn.aten_scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale,
-                                                             enable_gqa)
     rank = len(key.shape)
+    if enable_gqa:
+        key, value = _shared_heads(key, query.shape[-3]), _shared_heads(value, query.shape[-3])
     perm = list(range(rank))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     scores = op.MatMul(op.Mul(query, _scale(query, scale)), op.Transpose(key, perm=perm))
