@@ -12,6 +12,19 @@ bool register_onnxtrain_schema(onnx::OpSchema schema) {
   return true;
 }
 
+onnx::OpSchema elementwise_float_schema(const char* name, const char* doc) {
+  onnx::OpSchema schema;
+  schema.SetName(name)
+      .SetDomain(kOnnxTrainDomain)
+      .SinceVersion(1)
+      .SetDoc(doc)
+      .Input(0, "X", "input", "T")
+      .Output(0, "Y", "output", "T")
+      .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "float types")
+      .TypeAndShapeInferenceFunction(onnx::propagateShapeAndTypeFromFirstInput);
+  return schema;
+}
+
 namespace {
 
 // CheckpointBegin and CheckpointEnd: the boundary markers the front end (onnxtrain/_checkpoint.py)

@@ -12,6 +12,10 @@ namespace onnxtrain {
 // domain itself on first use.
 bool register_onnxtrain_schema(onnx::OpSchema schema);
 
+// The schema of an elementwise float32/float64 op of the engine's domain, X -> Y of X's type and
+// shape (add attributes to it before registering).
+onnx::OpSchema elementwise_float_schema(const char* name, const char* doc);
+
 }  // namespace onnxtrain
 
 #define ONNXTRAIN_SCHEMA(schema)                                               \

@@ -67,16 +67,9 @@ void gelu_gradient(GradBuilder& g) {
 }
 
 onnx::OpSchema gelu_schema() {
-  onnx::OpSchema schema;
-  schema.SetName("Gelu")
-      .SetDomain(kOnnxTrainDomain)
-      .SinceVersion(1)
-      .SetDoc("torch.nn.functional.gelu: x * Phi(x), or its tanh approximation.")
-      .Attr("approximate", "'none' or 'tanh'", onnx::AttributeProto::STRING, std::string("none"))
-      .Input(0, "X", "input", "T")
-      .Output(0, "Y", "output", "T")
-      .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "float types")
-      .TypeAndShapeInferenceFunction(onnx::propagateShapeAndTypeFromFirstInput);
+  onnx::OpSchema schema =
+      elementwise_float_schema("Gelu", "torch.nn.functional.gelu: x * Phi(x), or its tanh approximation.");
+  schema.Attr("approximate", "'none' or 'tanh'", onnx::AttributeProto::STRING, std::string("none"));
   return schema;
 }
 
