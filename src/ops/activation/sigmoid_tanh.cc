@@ -4,6 +4,7 @@
 
 #include "autodiff/grad_builder.h"
 #include "ops/common/elementwise.h"
+#include "ops/activation/silu_math.h"
 #include "ops/math/fast_math.h"
 #include "ops/registry.h"
 
@@ -19,12 +20,7 @@ void sigmoid(KernelContext& ctx) {
   }
   dispatch_float(ctx.input(0).dtype(), "Sigmoid", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    // Split by sign so that exp never overflows.
-    unary_kernel<T>(ctx, [](T x) {
-      if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
-      T e = std::exp(x);
-      return e / (T(1) + e);
-    });
+    unary_kernel<T>(ctx, [](T x) { return silu_math::sigmoid(x); });
   });
 }
 

@@ -150,15 +150,7 @@ void run(Opcode op, float imm, const T* a, const T* b, T* o, int64_t n) {
       return;
     case Opcode::Sigmoid:
       if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return fast::sigmoid(v); });
-      else
-        for (int64_t i = 0; i < n; ++i) {
-          if (a[i] >= T(0)) {
-            o[i] = T(1) / (T(1) + std::exp(-a[i]));
-          } else {
-            const T e = std::exp(a[i]);
-            o[i] = e / (T(1) + e);
-          }
-        }
+      else for (int64_t i = 0; i < n; ++i) o[i] = silu_math::sigmoid(a[i]);
       return;
     case Opcode::GeluExact:
       if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return gelu_math::exact(v); });
