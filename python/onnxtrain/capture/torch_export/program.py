@@ -209,16 +209,16 @@ def _finish(module, flat, program, args, tensors, input_schema, functions):
     stubs.merge(model, onnx_rewrites.fresh_names(model),
                 lambda group: (python_functions.describe(group) or checkpoints.describe(group)
                                or stubs.describe_engine_node(group)))
-    user_inputs = [i.name for i in model.graph.input][:len(model.graph.input) - len(params)]
+    num_user_inputs = len(model.graph.input) - len(params)  # the parameters come last
     num_user_outputs = len(model.graph.output)
     try:
         buffer_updates = onnx_rewrites.adapt_to_pytorch(model, module)
     except ValueError as e:
         raise ExportError(str(e)) from None
-    graph_inputs = [("input", i) for i in range(len(user_inputs))] + [("param", p) for p in params]
-    if len(user_inputs) != len(tensors):
+    graph_inputs = [("input", i) for i in range(num_user_inputs)] + [("param", p) for p in params]
+    if num_user_inputs != len(tensors):
         # torch.export drops inputs the graph does not read; the engine is fed by position.
-        raise ExportError(f"the ONNX export of {type(module).__name__} has {len(user_inputs)} of its "
+        raise ExportError(f"the ONNX export of {type(module).__name__} has {num_user_inputs} of its "
                           f"{len(tensors)} tensor inputs")
     scalars = _io.scalar_positions(input_schema)
     if scalars:
