@@ -52,6 +52,42 @@ def measure(args):
                           ops=[[cat, op, seconds, calls] for (cat, op), (seconds, calls) in by_op.items()])))
 
 
+def measure_first_steps(args):
+    """In the contender's interpreter: each of the first `args.steps` steps under its own profile."""
+    import resource
+
+    import bench
+    import onnxtrain
+    bench._setup(args.threads, with_engine=True)
+    c = bench.Contender(args.contender, args.model, None)
+    steps = []
+    for _ in range(args.steps):
+        trace = os.path.join(tempfile.mkdtemp(), "trace.json")
+        onnxtrain.profiler.start(trace)
+        wall = c.step()
+        onnxtrain.profiler.stop()
+        with open(trace) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        by_op = collections.Counter()
+        for e in events:
+            by_op[f"{e.get('cat', '')} {e['args'].get('op', e['name'])}"] += e["dur"] * 1e-6
+        steps.append(dict(wall=wall, kernels=sum(by_op.values()), top=by_op.most_common(3)))
+    peak = {who: resource.getrusage(who).ru_maxrss / 1024 for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)}
+    print(json.dumps(dict(steps=steps, rss=peak[resource.RUSAGE_SELF], child_rss=peak[resource.RUSAGE_CHILDREN])))
+
+
+def first_steps_table(result, args):
+    lines = [f"**{args.model}**, {args.contender}, {args.threads} thread(s), the first {args.steps} steps "
+             f"({'export cache ' + args.cache_dir if args.cache_dir else 'no export cache'}):", "",
+             "| step | wall ms | kernels ms | outside the kernels ms | largest kernels, ms |", "|---|---|---|---|---|"]
+    for i, step in enumerate(result["steps"], 1):
+        top = ", ".join(f"{op} {1e3 * seconds:.0f}" for op, seconds in step["top"])
+        lines.append(f"| {i} | {1e3 * step['wall']:.0f} | {1e3 * step['kernels']:.0f} | "
+                     f"{1e3 * (step['wall'] - step['kernels']):.0f} | {top} |")
+    lines.append(f"\nPeak RSS: this process {result['rss']:.0f} MB, the export child {result['child_rss']:.0f} MB.")
+    return "\n".join(lines)
+
+
 def table(result, args):
     steps = result["steps"]
     per_step = result["wall"] / steps
@@ -84,10 +120,12 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--top", type=int, default=15)
+    p.add_argument("--first-steps", action="store_true", help="profile each of the first --steps steps, no warm-up")
+    p.add_argument("--cache-dir", default="", help="with --first-steps: ONNXTRAIN_CACHE_DIR for the process")
     p.add_argument("--measure", action="store_true", help="internal: the profiled process")
     args = p.parse_args()
     if args.measure:
-        measure(args)
+        (measure_first_steps if args.first_steps else measure)(args)
         return
     import bench
     import contenders
@@ -95,14 +133,17 @@ def main():
         sys.exit(f"{args.contender} is not an onnxtrain contender; the profile is the engine's")
     cmd = [contenders.interpreter(args.contender), os.path.abspath(__file__), args.model, "--measure",
            "--contender", args.contender, "--threads", str(args.threads), "--steps", str(args.steps),
-           "--warmup", str(args.warmup)]
+           "--warmup", str(args.warmup)] + (["--first-steps"] if args.first_steps else [])
     env = bench._threads_env(args.threads)
+    if args.cache_dir:
+        env["ONNXTRAIN_CACHE_DIR"] = args.cache_dir
     env.update(contenders.environment_variables(args.contender))
     env.setdefault("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"the profiled process failed:\n{done.stderr[-3000:]}")
-    print(table(json.loads(done.stdout.strip().splitlines()[-1]), args))
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(first_steps_table(result, args) if args.first_steps else table(result, args))
 
 
 if __name__ == "__main__":

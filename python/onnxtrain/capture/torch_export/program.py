@@ -114,9 +114,8 @@ def _params_as_inputs(graph, module):
     """The exporter stores parameters and buffers as initializers named module.<path>; the engine
     gets them as graph inputs (the front end feeds the module's own tensors). Lifted constants
     stay initializers. This runs on the exporter's IR, before it is serialized: serialized, each
-    initializer is copied into the proto, its bytes and the proto read back, all for nothing. On
-    llama_100m (torch 2.15) the export child's peak RSS was 2222 MB with those copies and 1091 MB
-    without, and the first step 9.7 s against 7.3 s (one process each)."""
+    initializer would be copied into the proto, into its bytes and into the proto read back, all
+    to be dropped (`bench/run --profile MODEL --first-steps` shows the export child's peak RSS)."""
     graph_inputs = []
     for name in list(graph.initializers):
         path = name[len(onnx_rewrites.PREFIX):] if name.startswith(onnx_rewrites.PREFIX) else None
