@@ -84,7 +84,10 @@ def first_steps_table(result, args):
         top = ", ".join(f"{op} {1e3 * seconds:.0f}" for op, seconds in step["top"])
         lines.append(f"| {i} | {1e3 * step['wall']:.0f} | {1e3 * step['kernels']:.0f} | "
                      f"{1e3 * (step['wall'] - step['kernels']):.0f} | {top} |")
-    lines.append(f"\nPeak RSS: this process {result['rss']:.0f} MB, the export child {result['child_rss']:.0f} MB.")
+    # RUSAGE_CHILDREN is the largest child's: the export's where it ran, else any other (torch 2.x
+    # runs `ldconfig -p` on import), at least the size of this process when that child forked.
+    lines.append(f"\nPeak RSS: this process {result['rss']:.0f} MB, its largest child {result['child_rss']:.0f} MB "
+                 "(the export's, unless a cache served it).")
     return "\n".join(lines)
 
 
