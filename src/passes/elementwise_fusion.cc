@@ -8,6 +8,7 @@
 // read, or that are graph outputs, stay outputs of the fused node under their own names. Shapes
 // are not needed here (most are symbolic, many unknown): the kernel checks at run time that the
 // values it must write all have the broadcast shape, and evaluates op by op when not.
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -103,7 +104,7 @@ bool fuse_elementwise(Graph& graph) {
     fusedn.name = graph.unique_name(graph.nodes[g.members.back()].name + "_fused");
     std::unordered_map<std::string, int64_t> reg;
     std::vector<int64_t> ops, args, outputs;
-    std::vector<float> consts;
+    std::vector<float> consts, consts2;
     for (size_t k : g.members)
       for (const auto& in : graph.nodes[k].inputs) {
         auto p = producer.find(in);
@@ -120,6 +121,7 @@ bool fuse_elementwise(Graph& graph) {
       args.push_back(reg.at(n.inputs[0]));
       args.push_back(n.inputs.size() > 1 ? reg.at(n.inputs[1]) : 0);
       consts.push_back(lowered[g.members[i]].immediate);
+      consts2.push_back(lowered[g.members[i]].immediate2);
       reg[n.outputs[0]] = num_inputs + static_cast<int64_t>(i);
       bool visible = graph_outputs.count(n.outputs[0]) > 0;
       for (size_t r : readers[n.outputs[0]]) visible = visible || group_of[r] != static_cast<int>(gi);
@@ -132,6 +134,8 @@ bool fuse_elementwise(Graph& graph) {
     fusedn.attrs["ops"] = Attribute::of_ints(ops);
     fusedn.attrs["args"] = Attribute::of_ints(args);
     fusedn.attrs["consts"] = Attribute::of_floats(consts);
+    if (std::any_of(consts2.begin(), consts2.end(), [](float c) { return c != 0.0f; }))
+      fusedn.attrs["consts2"] = Attribute::of_floats(consts2);
     fusedn.attrs["outputs"] = Attribute::of_ints(outputs);
     replacement[g.members.back()] = std::move(fusedn);
     changed = true;

@@ -6,8 +6,10 @@
 // instruction i writes register num_inputs + i. Encoded in the node's attributes:
 //   ops     INTS   one opcode per instruction
 //   args    INTS   two register indices per instruction (the second ignored by unary ops)
-//   consts  FLOATS one immediate per instruction (LeakyRelu's alpha, Clip's bounds pair in
-//                  two instructions, ...; 0 when unused)
+//   consts  FLOATS one immediate per instruction (LeakyRelu's alpha, HardTanh's lower bound;
+//                  0 when unused)
+//   consts2 FLOATS a second immediate per instruction (HardTanh's upper bound); optional, absent
+//                  when no instruction has one
 //   outputs INTS   the register of each node output
 #include <cstdint>
 
@@ -22,6 +24,7 @@ enum class Opcode : int64_t {
   LeakyRelu,                                                     // unary with an immediate
   ReluGrad, SigmoidGrad, TanhGrad, GeluExactGrad, GeluTanhGrad,  // (dY, forward value)
   Silu, SiluGrad,                                                // appended: codes stay stable
+  HardTanh, HardTanhGrad,                                        // two immediates: the bounds
   kCount,
 };
 
@@ -33,6 +36,7 @@ int arity(Opcode op);
 struct Lowered {
   Opcode op;
   float immediate = 0;
+  float immediate2 = 0;
 };
 bool lower(const Node& node, Lowered& out);
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops/activation/gelu_math.h"
+#include "ops/activation/hard_tanh_math.h"
 #include "ops/activation/silu_math.h"
 #include "ops/common/broadcast.h"
 #include "ops/common/elementwise.h"
@@ -26,6 +27,7 @@ int arity(Opcode op) {
     case Opcode::Add: case Opcode::Sub: case Opcode::Mul: case Opcode::Div:
     case Opcode::ReluGrad: case Opcode::SigmoidGrad: case Opcode::TanhGrad:
     case Opcode::GeluExactGrad: case Opcode::GeluTanhGrad: case Opcode::SiluGrad:
+    case Opcode::HardTanhGrad:
       return 2;
     default:
       return 1;
@@ -61,6 +63,11 @@ bool lower(const Node& n, Lowered& out) {
   if (op == "GeluGrad" && inputs == 2) return out = {tanh ? Opcode::GeluTanhGrad : Opcode::GeluExactGrad}, true;
   if (op == "Silu" && inputs == 1) return out = {Opcode::Silu}, true;
   if (op == "SiluGrad" && inputs == 2) return out = {Opcode::SiluGrad}, true;
+  if ((op == "HardTanh" && inputs == 1) || (op == "HardTanhGrad" && inputs == 2)) {
+    const float lo = n.attr_float("min_val", -1.0f), hi = n.attr_float("max_val", 1.0f);
+    if (!(lo <= hi)) return false;  // the standalone kernel names the node in its error
+    return out = {op == "HardTanh" ? Opcode::HardTanh : Opcode::HardTanhGrad, lo, hi}, true;
+  }
   if (op == "ReluGrad" && inputs == 2) return out = {Opcode::ReluGrad}, true;
   if (op == "SigmoidGrad" && inputs == 2) return out = {Opcode::SigmoidGrad}, true;
   if (op == "TanhGrad" && inputs == 2) return out = {Opcode::TanhGrad}, true;
@@ -115,7 +122,7 @@ void vec_zip(const float* a, const float* b, float* out, int64_t n, F f) {
 
 // One instruction over n elements. float32 takes the vector forms the standalone kernels use.
 template <typename T>
-void run(Opcode op, float imm, const T* a, const T* b, T* o, int64_t n) {
+void run(Opcode op, float imm, float imm2, const T* a, const T* b, T* o, int64_t n) {
   constexpr bool f32 = std::is_same_v<T, float>;
   switch (op) {
     case Opcode::Add: for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i]; return;
@@ -176,6 +183,17 @@ void run(Opcode op, float imm, const T* a, const T* b, T* o, int64_t n) {
       if constexpr (f32) return vec_zip(a, b, o, n, [](fast::VF g, fast::VF v) { return silu_math::grad(g, v); });
       else for (int64_t i = 0; i < n; ++i) o[i] = silu_math::grad(a[i], b[i]);
       return;
+    case Opcode::HardTanh:
+      if constexpr (f32) return vec_map(a, o, n, [imm, imm2](fast::VF v) { return hard_tanh_math::forward(v, imm, imm2); });
+      else for (int64_t i = 0; i < n; ++i) o[i] = hard_tanh_math::forward(a[i], T(imm), T(imm2));
+      return;
+    case Opcode::HardTanhGrad:
+      if constexpr (f32) {
+        return vec_zip(a, b, o, n, [imm, imm2](fast::VF g, fast::VF v) { return hard_tanh_math::grad(g, v, imm, imm2); });
+      } else {
+        for (int64_t i = 0; i < n; ++i) o[i] = hard_tanh_math::grad(a[i], b[i], T(imm), T(imm2));
+      }
+      return;
     case Opcode::kCount: break;
   }
   OT_THROW("FusedElementwise: unknown opcode ", static_cast<int64_t>(op));
@@ -225,10 +243,12 @@ class FusedElementwiseKernel final : public Kernel {
       : ops_(info.node.attr_ints("ops")),
         args_(info.node.attr_ints("args")),
         consts_(info.node.attr_floats("consts")),
+        consts2_(info.node.has_attr("consts2") ? info.node.attr_floats("consts2") : std::vector<float>(ops_.size(), 0.0f)),
         outputs_(info.node.attr_ints("outputs")),
         num_inputs_(static_cast<int64_t>(info.node.inputs.size())) {
-    OT_CHECK(args_.size() == 2 * ops_.size() && consts_.size() == ops_.size(), "malformed program: ", ops_.size(),
-             " ops, ", args_.size(), " args, ", consts_.size(), " consts");
+    OT_CHECK(args_.size() == 2 * ops_.size() && consts_.size() == ops_.size() && consts2_.size() == ops_.size(),
+             "malformed program: ", ops_.size(), " ops, ", args_.size(), " args, ", consts_.size(), " consts, ",
+             consts2_.size(), " consts2");
     OT_CHECK(outputs_.size() == info.node.outputs.size(), "program has ", outputs_.size(), " outputs for ",
              info.node.outputs.size(), " node outputs");
     for (size_t i = 0; i < ops_.size(); ++i) {
@@ -294,7 +314,7 @@ class FusedElementwiseKernel final : public Kernel {
       const Tensor a = expanded(args_[2 * k]);
       const Tensor b = fused::arity(op) == 2 ? expanded(args_[2 * k + 1]) : Tensor();
       Tensor out = Tensor::empty(dtype, shape);
-      run<T>(op, consts_[k], a.data<T>(), b.defined() ? b.data<T>() : nullptr, out.data<T>(), shape.numel());
+      run<T>(op, consts_[k], consts2_[k], a.data<T>(), b.defined() ? b.data<T>() : nullptr, out.data<T>(), shape.numel());
       regs.push_back(out);
     }
     for (size_t o = 0; o < outputs_.size(); ++o) {
@@ -348,7 +368,7 @@ class FusedElementwiseKernel final : public Kernel {
           const size_t r = static_cast<size_t>(num_inputs_) + k;
           T* dst = storage.data() + r * kBlock;
           const Opcode op = static_cast<Opcode>(ops_[k]);
-          run<T>(op, consts_[k], reg[static_cast<size_t>(args_[2 * k])],
+          run<T>(op, consts_[k], consts2_[k], reg[static_cast<size_t>(args_[2 * k])],
                  fused::arity(op) == 2 ? reg[static_cast<size_t>(args_[2 * k + 1])] : nullptr, dst, len);
           reg[r] = dst;
         }
@@ -359,7 +379,7 @@ class FusedElementwiseKernel final : public Kernel {
   }
 
   std::vector<int64_t> ops_, args_;
-  std::vector<float> consts_;
+  std::vector<float> consts_, consts2_;
   std::vector<int64_t> outputs_;
   int64_t num_inputs_;
 };
