@@ -104,6 +104,35 @@ TEST(ElementwiseEdges, HardTanhHasNoGradientAtItsBoundsNorAtNaN) {
   expect_values(grads_of("HardTanh", {{0, 6, 3}}, relu6, kOnnxTrainDomain)[0], {0, 0, 1}, "relu6");
 }
 
+TEST(ElementwiseEdges, HardTanhFloat32VectorsKeepTheBoundsAndNaNInEveryLane) {
+  // float32 runs 8-lane vectors with a padded tail: 19 values put edges in full vectors and in
+  // the tail. Forward: clamped, NaN kept; gradient: 1 strictly inside, else 0.
+  const std::vector<float> x{0, 6, -1, 7, 3, kNaN, 0.5f, 6.5f, -0.0f, 5.999f, 1e-7f, 6, 0, kNaN, 2, 8, -3, 6, 0.25f};
+  Graph g;
+  g.opsets[kOnnxTrainDomain] = 1;
+  Node n{"relu6", "HardTanh", kOnnxTrainDomain, {"x"}, {"y"},
+         {{"min_val", Attribute::of_float(0.0f)}, {"max_val", Attribute::of_float(6.0f)}}};
+  g.inputs = {"x"};
+  g.value_info["x"] = {DType::Float32, std::vector<Dim>{{static_cast<int64_t>(x.size()), ""}}};
+  g.outputs = {"y"};
+  g.add_node(n);
+  TrainingSession session(g, {g.inputs, {}, false});
+  std::vector<Tensor> outputs;
+  auto call = session.forward({Tensor::from_vector(x, {static_cast<int64_t>(x.size())})}, 0, outputs);
+  Tensor ones = Tensor::empty(DType::Float32, outputs[0].shape());
+  for (int64_t i = 0; i < ones.numel(); ++i) ones.data<float>()[i] = 1;
+  const Tensor dx = session.backward(*call, {ones})[0];
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float y = outputs[0].data<float>()[i], d = dx.data<float>()[i];
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(y)) << "y[" << i << "]";
+    } else {
+      EXPECT_EQ(y, std::min(std::max(x[i], 0.0f), 6.0f)) << "y[" << i << "]";
+    }
+    EXPECT_EQ(d, x[i] > 0 && x[i] < 6 ? 1.0f : 0.0f) << "dx[" << i << "] at x = " << x[i];
+  }
+}
+
 TEST(ElementwiseEdges, SiluGradientAtZeroInItsTailsAndAtInfinity) {
   const double inf = std::numeric_limits<double>::infinity();
   expect_values(grads_of("Silu", {{0, -30, 30, inf, -inf, kNaN, -100}}, {}, kOnnxTrainDomain)[0],
