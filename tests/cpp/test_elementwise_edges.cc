@@ -107,7 +107,8 @@ TEST(ElementwiseEdges, HardTanhHasNoGradientAtItsBoundsNorAtNaN) {
 TEST(ElementwiseEdges, HardTanhFloat32VectorsKeepTheBoundsAndNaNInEveryLane) {
   // float32 runs 8-lane vectors with a padded tail: 19 values put edges in full vectors and in
   // the tail. Forward: clamped, NaN kept; gradient: 1 strictly inside, else 0.
-  const std::vector<float> x{0, 6, -1, 7, 3, kNaN, 0.5f, 6.5f, -0.0f, 5.999f, 1e-7f, 6, 0, kNaN, 2, 8, -3, 6, 0.25f};
+  const float nan = std::nanf("");
+  const std::vector<float> x{0, 6, -1, 7, 3, nan, 0.5f, 6.5f, -0.0f, 5.999f, 1e-7f, 6, 0, nan, 2, 8, -3, 6, 0.25f};
   Graph g;
   g.opsets[kOnnxTrainDomain] = 1;
   Node n{"relu6", "HardTanh", kOnnxTrainDomain, {"x"}, {"y"},
