@@ -15,6 +15,7 @@ namespace {
 // Error of `got` in units in the last place of the float nearest to `want`.
 double ulp_error(float got, double want) {
   if (std::isnan(want)) return std::isnan(got) ? 0 : 1e9;
+  if (std::isnan(got)) return 1e9;  // else it would compare false against every bound
   if (std::isinf(static_cast<float>(want))) return got == static_cast<float>(want) ? 0 : 1e9;
   float w = std::fabs(static_cast<float>(want));
   double ulp = w < FLT_MIN ? std::ldexp(1.0, -149) : std::nextafter(w, INFINITY) - w;
@@ -49,6 +50,46 @@ TEST(FastMath, SigmoidWithinTwoPointFiveUlp) {
   EXPECT_LE(worst_error([](fast::VF v) { return fast::sigmoid(v); },
                         [](double x) { return 1.0 / (1.0 + std::exp(-x)); }),
             2.5);
+}
+
+// Every 331st bit pattern covers all exponents, subnormals, both signs, inf and NaN; ulp_error
+// counts a NaN as right only where the reference is NaN too.
+TEST(FastMath, LogWithinTwoUlp) {
+  EXPECT_LE(worst_error([](fast::VF v) { return fast::log(v); }, [](double x) { return std::log(x); }), 2.0);
+}
+
+TEST(FastMath, Expm1WithinThreeUlp) {
+  EXPECT_LE(worst_error([](fast::VF v) { return fast::expm1(v); }, [](double x) { return std::expm1(x); }), 3.0);
+}
+
+TEST(FastMath, SoftplusWithinThreeUlp) {
+  EXPECT_LE(worst_error([](fast::VF v) { return fast::softplus(v); },
+                        [](double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }),
+            3.0);
+}
+
+TEST(FastMath, LogSpecialValues) {
+  const float inf = INFINITY, nan = NAN;
+  const fast::VF x{0.0f, -0.0f, inf, -inf, nan, -1.0f, 1.0f, 1e-45f};
+  const fast::VF y = fast::log(x);
+  EXPECT_EQ(y[0], -inf);
+  EXPECT_EQ(y[1], -inf);
+  EXPECT_EQ(y[2], inf);
+  EXPECT_TRUE(std::isnan(y[3]));
+  EXPECT_TRUE(std::isnan(y[4]));
+  EXPECT_TRUE(std::isnan(y[5]));
+  EXPECT_EQ(y[6], 0.0f);
+  EXPECT_FLOAT_EQ(y[7], static_cast<float>(std::log(static_cast<double>(1e-45f))));  // the smallest subnormal
+  const fast::VF m = fast::expm1(x), s = fast::softplus(x);
+  EXPECT_EQ(m[0], 0.0f);
+  EXPECT_TRUE(std::signbit(m[1]));
+  EXPECT_EQ(m[2], inf);
+  EXPECT_EQ(m[3], -1.0f);
+  EXPECT_TRUE(std::isnan(m[4]));
+  EXPECT_EQ(s[2], inf);
+  EXPECT_EQ(s[3], 0.0f);
+  EXPECT_TRUE(std::isnan(s[4]));
+  EXPECT_EQ(s[0], static_cast<float>(std::log(2.0)));
 }
 
 TEST(FastMath, SpecialValues) {

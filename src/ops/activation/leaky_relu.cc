@@ -11,11 +11,13 @@ class LeakyReluKernel final : public Kernel {
  public:
   explicit LeakyReluKernel(const KernelInfo& info) : alpha_(info.node.attr_float("alpha", 0.01f)) {}
   void compute(KernelContext& ctx) const override {
-    const double alpha = alpha_;
-    float_unary(ctx, "LeakyRelu", [alpha](auto x) {
-      using T = decltype(x);
-      return x >= T(0) ? x : static_cast<T>(alpha) * x;
-    });
+    const float alpha = alpha_;
+    float_unary_vectorized(
+        ctx, "LeakyRelu", [alpha](fast::VF x) { return x >= 0.0f ? x : alpha * x; },
+        [alpha](auto x) {
+          using T = decltype(x);
+          return x >= T(0) ? x : static_cast<T>(alpha) * x;
+        });
   }
 
  private:
@@ -28,11 +30,13 @@ class LeakyReluGradKernel final : public Kernel {
  public:
   explicit LeakyReluGradKernel(const KernelInfo& info) : alpha_(info.node.attr_float("alpha", 0.01f)) {}
   void compute(KernelContext& ctx) const override {
-    const double alpha = alpha_;
-    float_binary(ctx, "LeakyReluGrad", [alpha](auto dy, auto v) {
-      using T = decltype(dy);
-      return v > T(0) ? dy : static_cast<T>(alpha) * dy;
-    });
+    const float alpha = alpha_;
+    float_binary_vectorized(
+        ctx, "LeakyReluGrad", [alpha](fast::VF dy, fast::VF v) { return v > 0.0f ? dy : alpha * dy; },
+        [alpha](auto dy, auto v) {
+          using T = decltype(dy);
+          return v > T(0) ? dy : static_cast<T>(alpha) * dy;
+        });
   }
 
  private:

@@ -8,7 +8,7 @@ namespace {
 
 // log(1 + e^x) without overflow for large x or loss of digits for very negative x.
 void softplus(KernelContext& ctx) {
-  float_unary(ctx, "Softplus", [](auto x) {
+  float_unary_vectorized(ctx, "Softplus", [](fast::VF x) { return fast::softplus(x); }, [](auto x) {
     using T = decltype(x);
     return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
   });
@@ -18,7 +18,9 @@ void softplus(KernelContext& ctx) {
 // and expm1 keeps the small values accurate. PyTorch switches to dX = dY above x = 20 (its
 // forward's threshold, which ONNX's Softplus lacks); the difference there is below 2e-9.
 void softplus_grad(KernelContext& ctx) {
-  float_binary(ctx, "SoftplusGrad", [](auto dy, auto y) { return -dy * std::expm1(-y); });
+  float_binary_vectorized(
+      ctx, "SoftplusGrad", [](fast::VF dy, fast::VF y) { return -dy * fast::expm1(-y); },
+      [](auto dy, auto y) { return -dy * std::expm1(-y); });
 }
 
 void softplus_gradient(GradBuilder& g) {

@@ -131,7 +131,10 @@ void run(Opcode op, float imm, float imm2, const T* a, const T* b, T* o, int64_t
     case Opcode::Div: for (int64_t i = 0; i < n; ++i) o[i] = a[i] / b[i]; return;
     case Opcode::Neg: for (int64_t i = 0; i < n; ++i) o[i] = -a[i]; return;
     case Opcode::Abs: for (int64_t i = 0; i < n; ++i) o[i] = std::abs(a[i]); return;
-    case Opcode::Log: for (int64_t i = 0; i < n; ++i) o[i] = std::log(a[i]); return;
+    case Opcode::Log:  // the Log kernel's own forms, so that fusing does not change a bit
+      if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return fast::log(v); });
+      else for (int64_t i = 0; i < n; ++i) o[i] = std::log(a[i]);
+      return;
     case Opcode::Sqrt: for (int64_t i = 0; i < n; ++i) o[i] = std::sqrt(a[i]); return;
     case Opcode::Reciprocal: for (int64_t i = 0; i < n; ++i) o[i] = T(1) / a[i]; return;
     case Opcode::Relu: for (int64_t i = 0; i < n; ++i) o[i] = a[i] <= T(0) ? T(0) : a[i]; return;
@@ -140,7 +143,8 @@ void run(Opcode op, float imm, float imm2, const T* a, const T* b, T* o, int64_t
     case Opcode::TanhGrad: for (int64_t i = 0; i < n; ++i) o[i] = a[i] * (T(1) - b[i] * b[i]); return;
     case Opcode::LeakyRelu: {
       const T alpha = static_cast<T>(imm);
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] >= T(0) ? a[i] : alpha * a[i];
+      if constexpr (f32) return vec_map(a, o, n, [alpha](fast::VF v) { return v >= 0.0f ? v : alpha * v; });
+      else for (int64_t i = 0; i < n; ++i) o[i] = a[i] >= T(0) ? a[i] : alpha * a[i];
       return;
     }
     case Opcode::Exp:

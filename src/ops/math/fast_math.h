@@ -1,6 +1,6 @@
 #pragma once
-// Vectorized float32 exp, erf, tanh and sigmoid: the transcendental ops on every training step
-// (GELU and SiLU reach us decomposed into Erf, Tanh, Sigmoid). libm's scalar calls do not
+// Vectorized float32 exp, expm1, log, softplus, erf, tanh and sigmoid: the transcendental ops on
+// every training step (GELU and SiLU reach us decomposed into Erf, Tanh, Sigmoid). libm's scalar calls do not
 // vectorize, so these are written branch-free over 8 lanes with GCC vector extensions, which
 // compile to whatever -march allows (AVX2/AVX-512, or pairs of SSE ops).
 //
@@ -8,6 +8,7 @@
 // exp within 1.0 ulp of the correctly rounded value, erf and tanh within 1.5, sigmoid within 2.5;
 // NaN propagated, +-inf and overflow/underflow as libm.
 // Polynomials are least-squares-minimax fits of the relative error, made for this file.
+#include <cmath>
 #include <cstring>
 
 #include "ops/common/elementwise.h"
@@ -83,17 +84,22 @@ inline VF erf(VF x) {
   return ax <= 1.0f ? small : large;  // NaN takes the large branch, which keeps it NaN
 }
 
-inline VF tanh(VF x) {
-  const VF ax = vabs(x);
+// tanh(x) for |x| < 0.625: x * P(x^2).
+inline VF tanh_near_zero(VF x) {
   const VF x2 = x * x;
-  // |x| < 0.625: tanh(x) = x * P(x^2); above, 1 - 2 / (e^(2|x|) + 1) loses at most a bit.
   VF p = splat(-5.660083190e-03f);
   p = p * x2 + 2.059108967e-02f;
   p = p * x2 + -5.372110769e-02f;
   p = p * x2 + 1.333112822e-01f;
   p = p * x2 + -3.333326057e-01f;
   p = p * x2 + 9.999999961e-01f;
-  const VF small = x * p;
+  return x * p;
+}
+
+inline VF tanh(VF x) {
+  const VF ax = vabs(x);
+  // |x| < 0.625: the polynomial; above, 1 - 2 / (e^(2|x|) + 1) loses at most a bit.
+  const VF small = tanh_near_zero(x);
   const VF e = exp(ax + ax);
   const VF large = copysign(1.0f - 2.0f / (e + 1.0f), x);
   return ax < 0.625f ? small : large;
@@ -103,6 +109,60 @@ inline VF sigmoid(VF x) {
   // exp of -|x| never overflows; for x < 0, e^x / (1 + e^x).
   const VF e = exp(-vabs(x));
   return (x >= 0.0f ? splat(1.0f) : e) / (1.0f + e);
+}
+
+// e^z - 1 without the cancellation of exp(z) - 1 near 0: for |z| < 0.7 it is 2t / (1 - t) with
+// t = tanh(z / 2) from its polynomial, and 1 - t >= 0.66 loses nothing; beyond, e^z - 1 is at
+// least half of e^z or of 1 in size, and subtracting loses at most a bit. NaN stays NaN, -inf
+// gives -1.
+inline VF expm1(VF z) {
+  const VF t = tanh_near_zero(z * 0.5f);
+  const VF near_zero = (t + t) / (1.0f - t);
+  return vabs(z) < 0.7f ? near_zero : exp(z) - 1.0f;
+}
+
+// 2 atanh(s) = 2s (1 + s^2/3 + s^4/5 + ...), the series behind both logarithms below. `terms`
+// odd powers after s: the first one left out is below 2^-28 of the sum for the |s| each caller
+// guarantees, so no fitted coefficients are needed.
+template <int terms>
+inline VF twice_atanh_series(VF s) {
+  const VF s2 = s * s;
+  VF p = splat(1.0f / (2 * terms + 1));
+  for (int k = terms - 1; k >= 1; --k) p = p * s2 + 1.0f / (2 * k + 1);
+  p = p * s2;
+  const VF twice = s + s;
+  return twice + twice * p;
+}
+
+// Natural logarithm: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh((m - 1) / (m + 1))
+// with |s| <= 0.172 (m - 1 is exact), e ln2 added in two parts. Subnormals are scaled by 2^23
+// first; 0 gives -inf, negatives NaN, inf and NaN themselves.
+inline VF log(VF x) {
+  const VF subnormal_scale = x < 1.17549435e-38f ? splat(8388608.0f) : splat(1.0f);
+  const VF scaled = x * subnormal_scale;
+  VI e = (VI)(((VU)scaled >> 23u) & 0xffu) - 127;
+  e = e - ((VI)(subnormal_scale > 1.0f) & 23);
+  VF m = (VF)(((VU)scaled & 0x007fffffu) | 0x3f800000u);
+  const auto high = m > 1.41421356f;
+  m = high ? m * 0.5f : m;
+  e = e - (VI)high;  // a true comparison lane is -1: e + 1
+  const VF ef = __builtin_convertvector(e, VF);
+  const VF log_m = twice_atanh_series<5>((m - 1.0f) / (m + 1.0f));
+  VF y = ef * 0.693359375f + (ef * -2.12194440e-4f + log_m);
+  y = x == 0.0f ? splat(-INFINITY) : y;
+  y = x < 0.0f ? splat(NAN) : y;
+  return x > 3.40282347e38f || x != x ? x : y;  // inf and NaN
+}
+
+// log(1 + u) for 0 <= u <= 1 (softplus's log1p(e^-|x|)): 2 atanh(u / (2 + u)), s <= 1/3.
+inline VF log1p_of_unit(VF u) { return twice_atanh_series<8>(u / (u + 2.0f)); }
+
+// softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|): neither overflows nor loses the small
+// values of very negative x.
+inline VF softplus(VF x) {
+  const VF positive = x > 0.0f ? x : splat(0.0f);
+  const VF y = positive + log1p_of_unit(exp(-vabs(x)));
+  return x != x ? x : y;
 }
 
 // out[i] = f(in[i]) over 8-lane blocks; the tail is padded into one more block.

@@ -51,7 +51,9 @@ void erf_kernel(KernelContext& ctx) {
   float_unary(ctx, "Erf", [](auto v) { return std::erf(v); });
 }
 
-void log_kernel(KernelContext& ctx) { float_unary(ctx, "Log", [](auto x) { return std::log(x); }); }
+void log_kernel(KernelContext& ctx) {
+  float_unary_vectorized(ctx, "Log", [](fast::VF x) { return fast::log(x); }, [](auto x) { return std::log(x); });
+}
 void sqrt_kernel(KernelContext& ctx) { float_unary(ctx, "Sqrt", [](auto x) { return std::sqrt(x); }); }
 void floor_kernel(KernelContext& ctx) { float_unary(ctx, "Floor", [](auto x) { return std::floor(x); }); }
 void ceil_kernel(KernelContext& ctx) { float_unary(ctx, "Ceil", [](auto x) { return std::ceil(x); }); }
