@@ -39,7 +39,8 @@ std::vector<double> run_node(const std::string& op, const std::string& domain, c
     const int64_t size = static_cast<int64_t>(inputs[i].size());
     g.value_info[name] = {dtype, std::vector<Dim>{{size, ""}}};
     const std::vector<float> as_float(inputs[i].begin(), inputs[i].end());
-    feeds.push_back(dtype == DType::Float64 ? Tensor::from_vector(std::vector<double>(as_float.begin(), as_float.end()), {size})
+    const std::vector<double> as_double(as_float.begin(), as_float.end());
+    feeds.push_back(dtype == DType::Float64 ? Tensor::from_vector(as_double, {size})
                                             : Tensor::from_vector(as_float, {size}));
   }
   g.outputs = {"y"};
@@ -64,7 +65,8 @@ void expect_float32_matches_float64(const std::string& op, const std::string& do
   const auto f64 = run_node(op, domain, attrs, inputs, DType::Float64);
   ASSERT_EQ(f32.size(), f64.size()) << op;
   for (size_t i = 0; i < f32.size(); ++i) {
-    const std::string where = op + " at element " + std::to_string(i) + " (x = " + std::to_string(inputs.back()[i]) + ")";
+    const std::string where =
+        op + " at element " + std::to_string(i) + " (x = " + std::to_string(inputs.back()[i]) + ")";
     if (std::isnan(f64[i])) {
       EXPECT_TRUE(std::isnan(f32[i])) << where << ": " << f32[i] << ", want NaN";
     } else if (std::fabs(f64[i]) < FLT_MIN) {
@@ -149,7 +151,8 @@ TEST(ElementwiseVectorForms, WhereSelectsInEveryLayoutItHasALoopFor) {
     };
     Tensor cond = Tensor::empty(DType::Bool, layout.cond);
     for (int64_t r = 0; r < layout.cond[0]; ++r)
-      for (int64_t c = 0; c < layout.cond[1]; ++c) cond.data<bool>()[r * layout.cond[1] + c] = cond_values[r * cols + c];
+      for (int64_t c = 0; c < layout.cond[1]; ++c)
+        cond.data<bool>()[r * layout.cond[1] + c] = cond_values[r * cols + c];
     const Tensor x = take(full_x, layout.x), y = take(full_y, layout.y);
     Graph g;
     Node n{"where", "Where", "", {"c", "x", "y"}, {"out"}, {}};

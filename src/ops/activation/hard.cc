@@ -35,7 +35,7 @@ class HardSigmoidGradKernel final : public Kernel {
     const float alpha = alpha_;
     float_binary_vectorized(
         ctx, "HardSigmoidGrad",
-        [alpha](fast::VF dy, fast::VF y) { return (y > 0.0f) & (y < 1.0f) ? dy * alpha : fast::splat(0.0f); },
+        [alpha](fast::VF dy, fast::VF y) { return ((y > 0.0f) & (y < 1.0f)) ? dy * alpha : fast::splat(0.0f); },
         [alpha](auto dy, auto y) {
           using T = decltype(dy);
           return y > T(0) && y < T(1) ? dy * static_cast<T>(alpha) : T(0);

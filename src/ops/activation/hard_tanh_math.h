@@ -22,7 +22,7 @@ inline fast::VF forward(fast::VF x, float lo, float hi) {
   return x > hi ? fast::splat(hi) : low;
 }
 inline fast::VF grad(fast::VF dy, fast::VF x, float lo, float hi) {
-  return (x > lo) & (x < hi) ? dy : fast::splat(0.0f);
+  return ((x > lo) & (x < hi)) ? dy : fast::splat(0.0f);
 }
 
 }  // namespace onnxtrain::hard_tanh_math
