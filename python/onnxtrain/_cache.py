@@ -79,6 +79,10 @@ def _encode(value):
         return {"tuple": [_encode(v) for v in value]}
     if isinstance(value, list):
         return {"list": [_encode(v) for v in value]}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).split(".")[-1]}
     if isinstance(value, type):
         try:
             if _resolve_class(value.__module__, value.__qualname__) is value:
@@ -113,6 +117,10 @@ def _decode(value):
             return tuple(_decode(v) for v in body)
         if tag == "list" and isinstance(body, list):
             return [_decode(v) for v in body]
+        if tag == "device" and isinstance(body, str):
+            return torch.device(body)
+        if tag == "dtype" and isinstance(body, str) and isinstance(getattr(torch, body, None), torch.dtype):
+            return getattr(torch, body)
         if tag == "class" and isinstance(body, list) and len(body) == 2 and all(isinstance(b, str) for b in body):
             return _resolve_class(*body)
     raise _Undecodable(f"unexpected value {value!r:.80} in a cache entry")

@@ -5,18 +5,32 @@ types, dict keys, None, bools and strings. Python ints and floats become 0-d ten
 new value does not need a new export, unless the export finds that the module's code treats the
 number differently from a tensor (see capture/common.py); then numbers key the export (see ortmodule).
 Two calls with the same schema and tensor signature can run the same exported graph.
+
+Objects other than the plain containers (a transformers DynamicCache, a type registered with
+torch.utils._pytree) are opened as _objects says. An output object that is an input object (a
+cache the model updated) is the caller's own object again after the call, holding the new state.
 """
 import torch
+
+from . import _objects
 
 
 class UnsupportedTypeError(TypeError):
     pass
 
 
+_SYM_INT = getattr(torch, "SymInt", ())  # torch 2.x: what torch.export traces a size-derived int as
+
+
 class _Flattener:
-    def __init__(self, scalars_as_tensors):
+    def __init__(self, scalars_as_tensors, input_objects=None, number_attributes=frozenset()):
         self.tensors = []
         self.scalars_as_tensors = scalars_as_tensors
+        # Outputs only: id -> path of the objects the call's inputs were rebuilt into (an output
+        # that is one of them aliases the caller's object), and the (class, attribute) pairs that
+        # hold Python numbers in the inputs' objects, which outputs then return as numbers too.
+        self.input_objects = input_objects or {}
+        self.number_attributes = number_attributes
 
     def leaf(self, t):
         self.tensors.append(t)
@@ -32,7 +46,7 @@ class _Flattener:
             t = torch.tensor(obj, dtype=dtype)
             t._onnxtrain_python_value = obj  # the user's own number, for calls that must see it
             return ("S", type(obj), self.leaf(t))
-        if isinstance(obj, (bool, int, float, str)):
+        if isinstance(obj, (bool, int, float, str, torch.device, torch.dtype, type)):  # a cache's device, its layers' class
             return ("C", type(obj), obj)
         if isinstance(obj, tuple) and hasattr(obj, "_fields"):
             return ("NT", type(obj), tuple(self(v, f"{path}.{f}") for f, v in zip(obj._fields, obj)))
@@ -41,40 +55,103 @@ class _Flattener:
             return (kind, tuple(self(v, f"{path}[{i}]") for i, v in enumerate(obj)))
         if isinstance(obj, dict):
             return ("D", type(obj), tuple((k, self(v, f"{path}[{k!r}]")) for k, v in obj.items()))
+        if isinstance(obj, _SYM_INT):  # a size-derived number while torch.export traces
+            return ("S", int, self.leaf(torch.scalar_tensor(obj, dtype=torch.int64)))
+        try:
+            opened = _objects.kind(obj)
+        except _objects.UnsupportedObject as e:
+            raise UnsupportedTypeError(f"onnxtrain cannot pass {path}: {e}") from None
+        if opened == "pytree":
+            children, context = _objects.pytree_flatten(obj)
+            return ("P", type(obj), _objects.Context(context),
+                    tuple(self(c, f"{path}<{i}>") for i, c in enumerate(children)))
+        if opened == "state":
+            try:
+                attributes = _objects.state(obj)
+            except _objects.UnsupportedObject as e:
+                raise UnsupportedTypeError(f"onnxtrain cannot pass {path}: {e}") from None
+            return ("O", type(obj), self.input_objects.get(id(obj)),
+                    tuple((name, self.attribute(type(obj), name, v, f"{path}.{name}")) for name, v in attributes))
         raise UnsupportedTypeError(
             f"onnxtrain cannot pass {path} of type {type(obj).__qualname__}: supported are tensors, None, "
-            "bool, int, float, str and lists, tuples, dicts and namedtuples of them" + _hint(obj))
+            "bool, int, float, str, classes, torch.device, torch.dtype, lists, tuples, dicts and namedtuples of them, transformers' growing key/value "
+            "caches and types registered with torch.utils._pytree")
+
+    def attribute(self, cls, name, value, path):
+        """An attribute of an opened object. In outputs, a number the object holds (a cache's
+        count of tokens seen) comes back as the number eager computes, not as the trace's value:
+        the graph returns it as a 0-d tensor where the trace saw it depend on its inputs."""
+        if not self.scalars_as_tensors and not isinstance(value, bool):
+            numeric_attribute = (cls, name) in self.number_attributes
+            if isinstance(value, int) and numeric_attribute:
+                return ("S", int, self.leaf(torch.tensor(value)))
+            if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point() and (
+                    numeric_attribute or _objects.traced_number(value)):
+                return ("S", int, self.leaf(value))
+        return self(value, path)
 
 
-def _hint(obj):
-    cls = type(obj)
-    if cls.__module__.startswith("transformers") and cls.__name__.endswith("Cache"):
-        # A key/value cache is for generation; training does not read it.
-        return (". It is a HuggingFace key/value cache, which a training step does not need: call the model with "
-                "use_cache=False, or set model.config.use_cache = False")
-    return ""
+class _Unflattener:
+    """Rebuilds a schema's values. python_scalars: the Python numbers themselves instead of the 0-d
+    tensors that stand for them. created: id -> path of every object rebuilt (for FlatModule,
+    which tells outputs that are inputs). call: the caller's (args, kwargs), whose objects an
+    output that aliases one of them updates in place."""
+
+    def __init__(self, tensors, python_scalars=False, created=None, call=None):
+        self.tensors = tensors
+        self.python_scalars = python_scalars
+        self.created = created
+        self.call = call
+
+    def __call__(self, node, path=()):
+        kind = node[0]
+        if kind == "T":
+            return self.tensors[node[1]]
+        if kind == "S":  # a Python number given to the exporter as a 0-d tensor
+            t = self.tensors[node[2]]
+            return python_number(t, node[1]) if self.python_scalars else t
+        if kind == "N":
+            return None
+        if kind == "C":
+            return node[2]
+        if kind == "NT":
+            return node[1](*(self(c, path + (("field", f),)) for f, c in zip(node[1]._fields, node[2])))
+        if kind == "U":
+            return tuple(self(c, path + (("item", i),)) for i, c in enumerate(node[1]))
+        if kind == "L":
+            return [self(c, path + (("item", i),)) for i, c in enumerate(node[1])]
+        if kind == "D":
+            return node[1]((k, self(c, path + (("item", k),))) for k, c in node[2])
+        if kind == "P":
+            children = [self(c, path + (("child", i),)) for i, c in enumerate(node[3])]
+            return _objects.pytree_unflatten(node[1], children, node[2].value)
+        if kind == "O":
+            obj = _objects.rebuild(node[1], {name: self(c, path + (("attr", name),)) for name, c in node[3]})
+            if self.created is not None:
+                self.created[id(obj)] = path
+            if node[2] is not None and self.call is not None:
+                target = _follow(self.call, node[2])
+                _objects.assign(target, obj)
+                return target
+            return obj
+        raise AssertionError(f"bad schema node {node!r}")
 
 
-def _unflatten(node, tensors, python_scalars=False):
-    kind = node[0]
-    if kind == "T":
-        return tensors[node[1]]
-    if kind == "S":  # a Python number given to the exporter as a 0-d tensor
-        t = tensors[node[2]]
-        return python_number(t, node[1]) if python_scalars else t
-    if kind == "N":
-        return None
-    if kind == "C":
-        return node[2]
-    if kind == "NT":
-        return node[1](*(_unflatten(c, tensors, python_scalars) for c in node[2]))
-    if kind == "U":
-        return tuple(_unflatten(c, tensors, python_scalars) for c in node[1])
-    if kind == "L":
-        return [_unflatten(c, tensors, python_scalars) for c in node[1]]
-    if kind == "D":
-        return node[1]((k, _unflatten(c, tensors, python_scalars)) for k, c in node[2])
-    raise AssertionError(f"bad schema node {node!r}")
+def _follow(call, path):
+    """The caller's object at `path` (steps as _Unflattener records them) in (args, kwargs)."""
+    args, kwargs = call
+    (where, key), steps = path[0], path[1:]
+    obj = args[key] if where == "arg" else kwargs[key]
+    for step, key in steps:
+        if step == "attr":
+            obj = getattr(obj, key)
+        elif step == "field":
+            obj = getattr(obj, key)
+        elif step == "child":
+            obj = _objects.pytree_flatten(obj)[0][key]
+        else:
+            obj = obj[key]
+    return obj
 
 
 def python_number(t, number_type):
@@ -101,48 +178,59 @@ def flatten_inputs(args, kwargs, scalars_as_tensors=True):
     return flat.tensors, (arg_nodes, kwarg_nodes)
 
 
-def unflatten_inputs(schema, tensors, python_scalars=False):
+def unflatten_inputs(schema, tensors, python_scalars=False, created_objects=None):
     """The call's (args, kwargs) again. python_scalars: the Python numbers themselves, as the user
-    passed them, instead of the 0-d tensors that stand for them in the graph."""
+    passed them, instead of the 0-d tensors that stand for them in the graph. created_objects: a
+    dict that receives id -> path of every object rebuilt, for flatten_outputs."""
     arg_nodes, kwarg_nodes = schema
-    args = [_unflatten(n, tensors, python_scalars) for n in arg_nodes]
-    kwargs = {k: _unflatten(n, tensors, python_scalars) for k, n in kwarg_nodes}
+    rebuild = _Unflattener(tensors, python_scalars, created_objects)
+    args = [rebuild(n, (("arg", i),)) for i, n in enumerate(arg_nodes)]
+    kwargs = {k: rebuild(n, (("kwarg", k),)) for k, n in kwarg_nodes}
     return args, kwargs
+
+
+def number_attributes(schema):
+    """(class, attribute) of every Python number held by an object in the inputs."""
+    found = set()
+    for node in _walk(schema):
+        if node[0] == "O":
+            found.update((node[1], name) for name, child in node[3] if child[0] == "S")
+    return frozenset(found)
+
+
+def _walk(schema):
+    """Every node of an input schema, depth first."""
+    pending = list(schema[0]) + [n for _, n in schema[1]]
+    while pending:
+        node = pending.pop()
+        yield node
+        kind = node[0]
+        if kind in ("U", "L"):
+            pending.extend(node[1])
+        elif kind == "NT":
+            pending.extend(node[2])
+        elif kind == "D" or kind == "O":
+            pending.extend(c for _, c in (node[2] if kind == "D" else node[3]))
+        elif kind == "P":
+            pending.extend(node[3])
 
 
 def scalar_positions(schema):
     """Indices of the flat tensors that stand for Python numbers."""
-    out = []
-
-    def walk(node):
-        kind = node[0]
-        if kind == "S":
-            out.append(node[2])
-        elif kind in ("U", "L"):
-            for c in node[1]:
-                walk(c)
-        elif kind == "NT":
-            for c in node[2]:
-                walk(c)
-        elif kind == "D":
-            for _, c in node[2]:
-                walk(c)
-
-    for n in schema[0]:
-        walk(n)
-    for _, n in schema[1]:
-        walk(n)
-    return out
+    return sorted(node[2] for node in _walk(schema) if node[0] == "S")
 
 
-def flatten_outputs(out):
-    flat = _Flattener(scalars_as_tensors=False)
+def flatten_outputs(out, input_objects=None, number_attributes=frozenset()):
+    """(tensors, schema) of a module's output. input_objects and number_attributes: see _Flattener."""
+    flat = _Flattener(False, input_objects, number_attributes)
     schema = flat(out, "output")
     return flat.tensors, schema
 
 
-def unflatten_outputs(schema, tensors):
-    return _unflatten(schema, tensors)
+def unflatten_outputs(schema, tensors, call=None):
+    """The module's output again; numbers an object holds come back as Python numbers. call: the
+    caller's (args, kwargs), whose objects an output that is one of them updates in place."""
+    return _Unflattener(tensors, python_scalars=True, call=call)(schema)
 
 
 def tensor_paths(schema):
@@ -165,6 +253,12 @@ def tensor_paths(schema):
         elif kind == "D":
             for k, c in node[2]:
                 walk(c, f"{path}[{k!r}]")
+        elif kind == "O":
+            for name, c in node[3]:
+                walk(c, f"{path}.{name}")
+        elif kind == "P":
+            for i, c in enumerate(node[3]):
+                walk(c, f"{path}<{i}>")
 
     arg_nodes, kwarg_nodes = schema
     for i, n in enumerate(arg_nodes):

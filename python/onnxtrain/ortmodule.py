@@ -166,7 +166,7 @@ class ORTModule(torch.nn.Module):
             del e
             return self._fall_back(reason, args, kwargs)
         outputs = graphs.apply_buffer_updates(self._original_module, outputs)
-        return _io.unflatten_outputs(graphs.exported.output_schema, list(outputs))
+        return _io.unflatten_outputs(graphs.exported.output_schema, list(outputs), (args, kwargs))
 
     @staticmethod
     def _feeds(graphs, params, tensors):

@@ -131,7 +131,7 @@ class TrainStep:
         self.model.__dict__["engine_runs"] += 1
         self.whole_steps += 1
         outputs = graphs.apply_buffer_updates(self.model._original_module, _engine.from_capsules(capsules, bools))
-        return _io.unflatten_outputs(graphs.exported.output_schema, list(outputs))
+        return _io.unflatten_outputs(graphs.exported.output_schema, list(outputs), (args, kwargs))
 
     def _why_not_whole(self):
         model = self.model

@@ -179,6 +179,18 @@ def _step(case, model, args, kwargs, target):
     return case.logits(output), loss
 
 
+def _float64_step(case, model, args, kwargs, target):
+    """The float64 reference's step, with float64 the default dtype too: a tensor the model makes
+    from a Python number must not be float32 there (torch 1.13's torch.full infers float32 for
+    transformers 4.44's mask fill finfo(float64).min, and overflows)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        return _step(case, model, _as_float64(args), _as_float64(kwargs), _as_float64(target))
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def compare_with_float64(case, steps=STEPS, seed=0):
     """Trains case's model for `steps` steps through the engine, in eager float32 and in eager
     float64, and returns the Comparison of the logits, the loss, every gradient and buffer. The
@@ -200,8 +212,7 @@ def compare_with_float64(case, steps=STEPS, seed=0):
         assert_engine_ran(logits)
         eager_results = [_step(case, m, *_perturbed((args, kwargs), gen), target) if k else
                          _step(case, m, args, kwargs, target) for k, m in enumerate(eagers)]
-        (logits64, loss64), kink = closest_kink(ref64, lambda: _step(case, ref64, _as_float64(args),
-                                                                     _as_float64(kwargs), _as_float64(target)))
+        (logits64, loss64), kink = closest_kink(ref64, lambda: _float64_step(case, ref64, args, kwargs, target))
         comparison.add(f"step {step} logits", logits, [r[0] for r in eager_results], logits64)
         comparison.add(f"step {step} loss", loss, [r[1] for r in eager_results], loss64)
         total = torch.cat([p.grad.flatten() for p in ref64.parameters() if p.grad is not None]).norm().item()

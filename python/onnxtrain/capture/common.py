@@ -108,6 +108,7 @@ class FlatModule(torch.nn.Module):
         self.module = module
         self.input_schema = input_schema
         self.scalar_positions = _io.scalar_positions(input_schema)
+        self.number_attributes = _io.number_attributes(input_schema)
         self.traced_scalars = set()  # ids of the 0-d tensors the trace passed for Python numbers
         # Set on a plain object: torch.export undoes what the forward assigns to a module's
         # attributes, and to dicts and lists they hold.
@@ -127,9 +128,10 @@ class FlatModule(torch.nn.Module):
 
     def forward(self, *tensors):
         self.traced_scalars.update(id(tensors[i]) for i in self.scalar_positions)
-        args, kwargs = _io.unflatten_inputs(self.input_schema, tensors)
+        input_objects = {}
+        args, kwargs = _io.unflatten_inputs(self.input_schema, tensors, created_objects=input_objects)
         out = self.module(*args, **kwargs)
-        flat, self.observed.output_schema = _io.flatten_outputs(out)
+        flat, self.observed.output_schema = _io.flatten_outputs(out, input_objects, self.number_attributes)
         if self.first_outputs is None and self.scalar_positions:
             self.first_outputs = (self.output_schema, [t.detach().clone() for t in flat])
         return tuple(flat)
@@ -173,11 +175,12 @@ def numbers_change_the_result(module, flat, tensors, input_schema):
     if flat.first_outputs is None:
         return False
     traced_schema, traced = flat.first_outputs
-    args, kwargs = _io.unflatten_inputs(input_schema, tensors, python_scalars=True)
+    input_objects = {}
+    args, kwargs = _io.unflatten_inputs(input_schema, tensors, python_scalars=True, created_objects=input_objects)
     try:
         with preserved_state(module), traced_as_in_training(module):
             out = module(*args, **kwargs)
-        flat_out, out_schema = _io.flatten_outputs(out)
+        flat_out, out_schema = _io.flatten_outputs(out, input_objects, flat.number_attributes)
     except Exception:  # noqa: BLE001 - eager fails where the trace did not: the numbers matter
         return True
     if out_schema != traced_schema:
