@@ -33,6 +33,7 @@ MODELS = {
     "mobilenetv2_035": ("MobileNetV2", 64, {}),
     "mobilenetv3_small_050": ("MobileNetV3 (hard-swish)", 32, {}),
     "mnasnet_small": ("MnasNet", 32, {}),
+    "semnasnet_050": ("MnasNet (semnasnet, squeeze-excitation)", 64, {}),
     "ghostnet_050": ("GhostNet", 32, {}),
     "rexnet_100": ("ReXNet", 64, {}),
     "regnetx_002": ("RegNet", 32, {}),
@@ -89,8 +90,12 @@ def test_timm_model_trains_at_the_float64_floor(name, no_fallback):
 # README's table): most are mobile CNNs whose last BatchNorms normalize a batch of 2 over maps of
 # one or two pixels. The step comparison above cannot tell a kernel error of that size from their
 # rounding, so the audit judges their kernels node by node, at the host's ISA and below it.
+# semnasnet_050 (at 64; at 32 its 1x1 maps make even the gradient's norm swing 1e3..4e9 under a 1e-6
+# perturbation): eager float32 gradients 2e-2..5e-2 from float64 (engine 7e-5); free-running, eager's
+# loss is 0.34 off by step 3 (0.71 perturbed); from the same state each step's engine run stays within rounding.
 ILL_CONDITIONED = ["densenet121", "dpn68", "efficientnet_b0", "ghostnet_050", "hrnet_w18_small", "levit_128s",
-                   "mnasnet_small", "mobilenetv2_035", "mobilenetv3_small_050", "rexnet_100", "tinynet_e"]
+                   "mnasnet_small", "mobilenetv2_035", "mobilenetv3_small_050", "rexnet_100", "semnasnet_050",
+                   "tinynet_e"]
 
 
 @pytest.mark.parametrize("isa", zoo_audit.isa_settings())
