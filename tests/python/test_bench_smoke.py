@@ -177,3 +177,34 @@ def test_a_loss_agreement_build_turns_stochastic_depth_off_and_a_timed_build_kee
                  if type(m).__name__ == "StochasticDepth"]
     assert timed and max(timed) > 0
     assert len(agreement) == len(timed) and set(agreement) == {0.0}
+
+
+def test_the_elementwise_bench_reports_each_op_against_a_copy(tmp_path):
+    out = tmp_path / "elementwise.md"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "elementwise.py"), "--n", "65536", "--warmup", "1",
+           "--repeats", "1", "--ops", "Relu,GeluGrad,Add", "--out", str(out)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python"))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = out.read_text()
+    assert table == done.stdout.rstrip("\n") + "\n"
+    assert "| copy (torch Tensor.copy_) | torch | baseline |" in table and "| copy (numpy copyto) |" in table
+    rows = re.findall(r"^\| (Relu|GeluGrad \(none\)|GeluGrad \(tanh\)|Add) \| (\S+) \| (\w+) \| ([^|]+) \|"
+                      r" [^|]+ \| ([\d.]+) \| ([\d.]+) \|", table, re.M)
+    assert [r[0] for r in rows] == ["Relu", "Add", "GeluGrad (none)", "GeluGrad (tanh)"], table
+    assert rows[0][1:4] == ("onnx", "forward", "X") and rows[2][1:4] == ("ai.onnxtrain", "gradient", "dY, X")
+    assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows), table
+    assert "N = 65536 float32" in table and "1 thread(s)" in table
+
+
+def test_the_elementwise_readme_table_is_the_stored_one(tmp_path, monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import elementwise
+    (tmp_path / "README.md").write_text(f"intro\n{elementwise.README_BEGIN}\nold\n{elementwise.README_END}\nrest\n")
+    (tmp_path / "stored.md").write_text("| op |\n|---|\n| Relu |\n")
+    monkeypatch.setattr(elementwise, "ROOT", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["elementwise.py", "--readme", "--out", str(tmp_path / "stored.md")])
+    elementwise.main()
+    assert (tmp_path / "README.md").read_text() == (f"intro\n{elementwise.README_BEGIN}\n| op |\n|---|\n| Relu |\n"
+                                                    f"{elementwise.README_END}\nrest\n")
