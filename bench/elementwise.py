@@ -195,7 +195,11 @@ def torch_seconds(spec, tensors, args):
     if spec["label"] not in TORCH:
         return None
     out = torch.empty_like(next(t for t in tensors.values() if t.dtype == torch.float32))
-    call = TORCH[spec["label"]](tensors, out)
+    return statistics.median(wall_clock_times(TORCH[spec["label"]](tensors, out), args))
+
+
+def wall_clock_times(call, args):
+    """`args.repeats` wall-clock times of call() after `args.warmup` untimed calls."""
     for _ in range(args.warmup):
         call()
     times = []
@@ -203,7 +207,7 @@ def torch_seconds(spec, tensors, args):
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
 
 
 def model_bytes(spec, tensors):
@@ -260,13 +264,7 @@ def measure_copies(n, args):
     rows = {}
     for label, copy in (("copy (torch Tensor.copy_)", lambda: dst.copy_(src)),
                         ("copy (numpy copyto)", lambda: np.copyto(dst_np, src_np))):
-        for _ in range(args.warmup):
-            copy()
-        times = []
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            copy()
-            times.append(time.perf_counter() - start)
+        times = wall_clock_times(copy, args)
         rows[label] = dict(op="copy", label=label, domain="torch" if "torch" in label else "numpy", kind="baseline",
                            inputs="X", times=times, bytes=2 * src_np.nbytes)
     return rows
