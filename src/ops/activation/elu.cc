@@ -35,18 +35,14 @@ class EluKernel final : public Kernel {
   explicit EluKernel(const KernelInfo& info) : p_(params_of(info.node, info.node.op_type)) {}
   void compute(KernelContext& ctx) const override {
     const EluParams p = p_;
-    const float scale = static_cast<float>(p.scale), alpha = static_cast<float>(p.alpha),
-                input_scale = static_cast<float>(p.input_scale);
     // Celu is max(0,x) + min(0, alpha * expm1(x / alpha)): the same as long as alpha > 0.
-    float_unary_vectorized(
-        ctx, "Elu",
-        [=](fast::VF x) { return x > 0.0f ? scale * x : scale * alpha * fast::expm1(x * input_scale); },
-        [p](auto x) {
-          using T = decltype(x);
-          const T scale = static_cast<T>(p.scale);
-          return x > T(0) ? scale * x
-                          : scale * static_cast<T>(p.alpha) * std::expm1(x * static_cast<T>(p.input_scale));
-        });
+    float_unary_vectorized(ctx, "Elu", [p](auto x) {
+      using T = fast::lane_t<decltype(x)>;
+      using fast::expm1;
+      using std::expm1;
+      const T scale = static_cast<T>(p.scale);
+      return x > T(0) ? scale * x : scale * static_cast<T>(p.alpha) * expm1(x * static_cast<T>(p.input_scale));
+    });
   }
 
  private:
@@ -60,28 +56,20 @@ class EluGradKernel final : public Kernel {
         is_result_(info.node.attr_int("is_result", 1) != 0) {}
   void compute(KernelContext& ctx) const override {
     const EluParams p = p_;
-    const float scale = static_cast<float>(p.scale), input_scale = static_cast<float>(p.input_scale);
     if (is_result_) {
-      const float alpha_scale = static_cast<float>(p.alpha * p.scale);
-      float_binary_vectorized(
-          ctx, "EluGrad",
-          [=](fast::VF dy, fast::VF y) { return y > 0.0f ? dy * scale : dy * input_scale * (y + alpha_scale); },
-          [p](auto dy, auto y) {
-            using T = decltype(dy);
-            return y > T(0) ? dy * static_cast<T>(p.scale)
-                            : dy * static_cast<T>(p.input_scale) * (y + static_cast<T>(p.alpha * p.scale));
-          });
+      float_binary_vectorized(ctx, "EluGrad", [p](auto dy, auto y) {
+        using T = fast::lane_t<decltype(dy)>;
+        return y > T(0) ? dy * static_cast<T>(p.scale)
+                        : dy * static_cast<T>(p.input_scale) * (y + static_cast<T>(p.alpha * p.scale));
+      });
     } else {
-      const float slope = static_cast<float>(p.input_scale * p.alpha * p.scale);
-      float_binary_vectorized(
-          ctx, "EluGrad",
-          [=](fast::VF dy, fast::VF x) { return x > 0.0f ? dy * scale : dy * slope * fast::exp(x * input_scale); },
-          [p](auto dy, auto x) {
-            using T = decltype(dy);
-            return x > T(0) ? dy * static_cast<T>(p.scale)
-                            : dy * static_cast<T>(p.input_scale * p.alpha * p.scale) *
-                                  std::exp(x * static_cast<T>(p.input_scale));
-          });
+      float_binary_vectorized(ctx, "EluGrad", [p](auto dy, auto x) {
+        using T = fast::lane_t<decltype(dy)>;
+        using fast::exp;
+        using std::exp;
+        return x > T(0) ? dy * static_cast<T>(p.scale)
+                        : dy * static_cast<T>(p.input_scale * p.alpha * p.scale) * exp(x * static_cast<T>(p.input_scale));
+      });
     }
   }
 

@@ -33,13 +33,11 @@ class HardSigmoidGradKernel final : public Kernel {
   explicit HardSigmoidGradKernel(const KernelInfo& info) : alpha_(info.node.attr_float("alpha", 0.2f)) {}
   void compute(KernelContext& ctx) const override {
     const float alpha = alpha_;
-    float_binary_vectorized(
-        ctx, "HardSigmoidGrad",
-        [alpha](fast::VF dy, fast::VF y) { return ((y > 0.0f) & (y < 1.0f)) ? dy * alpha : fast::splat(0.0f); },
-        [alpha](auto dy, auto y) {
-          using T = decltype(dy);
-          return y > T(0) && y < T(1) ? dy * static_cast<T>(alpha) : T(0);
-        });
+    float_binary_vectorized(ctx, "HardSigmoidGrad", [alpha](auto dy, auto y) {
+      using V = decltype(dy);
+      using T = fast::lane_t<V>;
+      return ((y > T(0)) & (y < T(1))) ? dy * static_cast<T>(alpha) : V{};
+    });
   }
 
  private:

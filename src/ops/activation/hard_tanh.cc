@@ -2,7 +2,7 @@
 // Clip has the same values but an inclusive gradient (1 at the bounds, clamp's), where torch's
 // hardtanh gives 0 at both bounds. NaN passes through, with gradient 0 as torch's vectorized
 // kernel gives it (its scalar loop, for tensors under one vector, gives dY). MobileNetV2 runs
-// relu6 after most convolutions, so float32 takes the vector forms of hard_tanh_math.h: the
+// relu6 after most convolutions, so float32 runs hard_tanh_math.h on 8-lane vectors: the
 // scalar select chain does not vectorize, and ran at a tenth of a copy's speed.
 #include "ops/activation/hard_tanh_math.h"
 
@@ -22,15 +22,8 @@ class HardTanhKernel final : public Kernel {
   }
   void compute(KernelContext& ctx) const override {
     const float lo = min_, hi = max_;
-    const Tensor& x = ctx.input(0);
-    if (x.dtype() == DType::Float32) {
-      Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
-      fast::map(ctx.threads(), x.data<float>(), y.data<float>(), x.numel(),
-                [lo, hi](fast::VF v) { return hard_tanh_math::forward(v, lo, hi); });
-      return;
-    }
-    float_unary(ctx, "HardTanh", [lo, hi](auto v) {
-      using T = decltype(v);
+    float_unary_vectorized(ctx, "HardTanh", [lo, hi](auto v) {
+      using T = fast::lane_t<decltype(v)>;
       return hard_tanh_math::forward(v, static_cast<T>(lo), static_cast<T>(hi));
     });
   }
@@ -47,16 +40,8 @@ class HardTanhGradKernel final : public Kernel {
       : min_(info.node.attr_float("min_val", -1.0f)), max_(info.node.attr_float("max_val", 1.0f)) {}
   void compute(KernelContext& ctx) const override {
     const float lo = min_, hi = max_;
-    const Tensor& dy = ctx.input(0);
-    const Tensor& x = ctx.input(1);
-    if (dy.dtype() == DType::Float32 && x.dtype() == DType::Float32 && dy.shape() == x.shape()) {
-      Tensor& dx = ctx.allocate_output(0, x.dtype(), x.shape());
-      fast::zip(ctx.threads(), dy.data<float>(), x.data<float>(), dx.data<float>(), x.numel(),
-                [lo, hi](fast::VF g, fast::VF v) { return hard_tanh_math::grad(g, v, lo, hi); });
-      return;
-    }
-    float_binary(ctx, "HardTanhGrad", [lo, hi](auto g, auto v) {
-      using T = decltype(g);
+    float_binary_vectorized(ctx, "HardTanhGrad", [lo, hi](auto g, auto v) {
+      using T = fast::lane_t<decltype(g)>;
       return hard_tanh_math::grad(g, v, static_cast<T>(lo), static_cast<T>(hi));
     });
   }

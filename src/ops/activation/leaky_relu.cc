@@ -1,6 +1,7 @@
 // LeakyRelu and PRelu (slope broadcast to X), with gradients as PyTorch 1.13 computes them: the
 // negative branch at x == 0 (dX = slope * dY there).
 #include "autodiff/grad_builder.h"
+#include "ops/activation/leaky_relu_math.h"
 #include "ops/math/float_kernels.h"
 #include "ops/registry.h"
 
@@ -12,12 +13,9 @@ class LeakyReluKernel final : public Kernel {
   explicit LeakyReluKernel(const KernelInfo& info) : alpha_(info.node.attr_float("alpha", 0.01f)) {}
   void compute(KernelContext& ctx) const override {
     const float alpha = alpha_;
-    float_unary_vectorized(
-        ctx, "LeakyRelu", [alpha](fast::VF x) { return x >= 0.0f ? x : alpha * x; },
-        [alpha](auto x) {
-          using T = decltype(x);
-          return x >= T(0) ? x : static_cast<T>(alpha) * x;
-        });
+    float_unary_vectorized(ctx, "LeakyRelu", [alpha](auto x) {
+      return leaky_relu_math::forward(x, static_cast<fast::lane_t<decltype(x)>>(alpha));
+    });
   }
 
  private:
@@ -31,12 +29,9 @@ class LeakyReluGradKernel final : public Kernel {
   explicit LeakyReluGradKernel(const KernelInfo& info) : alpha_(info.node.attr_float("alpha", 0.01f)) {}
   void compute(KernelContext& ctx) const override {
     const float alpha = alpha_;
-    float_binary_vectorized(
-        ctx, "LeakyReluGrad", [alpha](fast::VF dy, fast::VF v) { return v > 0.0f ? dy : alpha * dy; },
-        [alpha](auto dy, auto v) {
-          using T = decltype(dy);
-          return v > T(0) ? dy : static_cast<T>(alpha) * dy;
-        });
+    float_binary_vectorized(ctx, "LeakyReluGrad", [alpha](auto dy, auto v) {
+      return leaky_relu_math::grad(dy, v, static_cast<fast::lane_t<decltype(dy)>>(alpha));
+    });
   }
 
  private:

@@ -11,6 +11,7 @@
 
 #include "ops/activation/gelu_math.h"
 #include "ops/activation/hard_tanh_math.h"
+#include "ops/activation/leaky_relu_math.h"
 #include "ops/activation/silu_math.h"
 #include "ops/common/broadcast.h"
 #include "ops/common/elementwise.h"
@@ -143,8 +144,8 @@ void run(Opcode op, float imm, float imm2, const T* a, const T* b, T* o, int64_t
     case Opcode::TanhGrad: for (int64_t i = 0; i < n; ++i) o[i] = a[i] * (T(1) - b[i] * b[i]); return;
     case Opcode::LeakyRelu: {
       const T alpha = static_cast<T>(imm);
-      if constexpr (f32) return vec_map(a, o, n, [alpha](fast::VF v) { return v >= 0.0f ? v : alpha * v; });
-      else for (int64_t i = 0; i < n; ++i) o[i] = a[i] >= T(0) ? a[i] : alpha * a[i];
+      if constexpr (f32) return vec_map(a, o, n, [alpha](fast::VF v) { return leaky_relu_math::forward(v, alpha); });
+      else for (int64_t i = 0; i < n; ++i) o[i] = leaky_relu_math::forward(a[i], alpha);
       return;
     }
     case Opcode::Exp:

@@ -1,15 +1,17 @@
 #pragma once
 // Vectorized float32 exp, expm1, log, softplus, erf, tanh and sigmoid: the transcendental ops on
-// every training step (GELU and SiLU reach us decomposed into Erf, Tanh, Sigmoid). libm's scalar calls do not
-// vectorize, so these are written branch-free over 8 lanes with GCC vector extensions, which
+// every training step (GELU and SiLU reach us decomposed into Erf, Tanh, Sigmoid). libm's scalar
+// calls do not vectorize, so these are written branch-free over 8 lanes with GCC vector extensions, which
 // compile to whatever -march allows (AVX2/AVX-512, or pairs of SSE ops).
 //
 // Accuracy (checked against double-precision libm over dense samples, tests/cpp/test_fast_math.cc):
-// exp within 1.0 ulp of the correctly rounded value, erf and tanh within 1.5, sigmoid within 2.5;
-// NaN propagated, +-inf and overflow/underflow as libm.
-// Polynomials are least-squares-minimax fits of the relative error, made for this file.
+// exp within 1.0 ulp of the correctly rounded value, erf and tanh within 1.5, log within 2, sigmoid
+// within 2.5, expm1 and softplus within 3; NaN propagated, +-inf and overflow/underflow as libm.
+// Polynomials are least-squares-minimax fits of the relative error, made for this file; log's
+// are the atanh series, which needs no fit.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "ops/common/elementwise.h"
 
@@ -20,7 +22,28 @@ typedef int32_t VI __attribute__((vector_size(32)));
 typedef uint32_t VU __attribute__((vector_size(32)));
 inline constexpr int kLanes = 8;
 
-inline VF splat(float v) { return VF{} + v; }
+// v in every lane (VF{} + v would turn -0 into +0).
+inline VF splat(float v) { return VF{v, v, v, v, v, v, v, v}; }
+
+// Elementwise math written once for a float, a double and an 8-lane VF alike (see
+// float_unary_vectorized): lane_t is the element type for constants, broadcast<V> a constant in
+// every lane. With `using std::exp; using fast::exp;` in scope, exp(x) picks the lane's form.
+template <typename V>
+struct Lane {
+  using type = V;
+};
+template <>
+struct Lane<VF> {
+  using type = float;
+};
+template <typename V>
+using lane_t = typename Lane<V>::type;
+
+template <typename V>
+V broadcast(lane_t<V> v) {
+  if constexpr (std::is_same_v<V, VF>) return splat(v);
+  else return v;
+}
 inline VF vabs(VF x) { return (VF)((VU)x & 0x7fffffffu); }
 // |magnitude| with the sign of `sign`.
 inline VF copysign(VF magnitude, VF sign) {

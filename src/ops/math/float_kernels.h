@@ -28,27 +28,28 @@ void float_binary(KernelContext& ctx, const char* what, F f) {
   });
 }
 
-// float_unary with an explicit 8-lane form for float32. GCC leaves many select-and-scale lambdas
-// scalar ("no vectype for stmt"), at a twentieth of a copy's speed; `vector_f` (over fast::VF)
-// must give f<float>'s bits, or fast::'s documented accuracy where it calls a fast:: function.
-template <typename V, typename F>
-void float_unary_vectorized(KernelContext& ctx, const char* what, V vector_f, F f) {
+// float_unary for a lambda written once over its argument's type (fast_math.h's lane_t and
+// broadcast, and `using std::f; using fast::f;` for its functions): float32 calls it on 8-lane
+// fast::VF vectors, float64 on scalars. GCC leaves many select-and-scale loops scalar ("no vectype
+// for stmt"), at a twentieth of a copy's speed, so the vector calls are spelled out here.
+template <typename F>
+void float_unary_vectorized(KernelContext& ctx, const char* what, F f) {
   const Tensor& x = ctx.input(0);
   if (x.dtype() != DType::Float32) return float_unary(ctx, what, f);
   Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
-  fast::map(ctx.threads(), x.data<float>(), y.data<float>(), x.numel(), vector_f);
+  fast::map(ctx.threads(), x.data<float>(), y.data<float>(), x.numel(), f);
 }
 
-// float_binary with an explicit 8-lane form for two same-shaped float32 operands (a backward
-// kernel's dY and its saved value); broadcasting and float64 take the scalar form.
-template <typename V, typename F>
-void float_binary_vectorized(KernelContext& ctx, const char* what, V vector_f, F f) {
+// The same for float_binary, on vectors where the operands are two same-shaped float32 tensors (a
+// backward kernel's dY and its saved value); broadcasting and float64 call f on scalars.
+template <typename F>
+void float_binary_vectorized(KernelContext& ctx, const char* what, F f) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   if (a.dtype() != DType::Float32 || b.dtype() != DType::Float32 || a.shape() != b.shape())
     return float_binary(ctx, what, f);
   Tensor& out = ctx.allocate_output(0, a.dtype(), a.shape());
-  fast::zip(ctx.threads(), a.data<float>(), b.data<float>(), out.data<float>(), a.numel(), vector_f);
+  fast::zip(ctx.threads(), a.data<float>(), b.data<float>(), out.data<float>(), a.numel(), f);
 }
 
 // out[i] = op(a[i], b[i], c[i]) over out_shape, each operand broadcast to it.

@@ -52,7 +52,11 @@ void erf_kernel(KernelContext& ctx) {
 }
 
 void log_kernel(KernelContext& ctx) {
-  float_unary_vectorized(ctx, "Log", [](fast::VF x) { return fast::log(x); }, [](auto x) { return std::log(x); });
+  float_unary_vectorized(ctx, "Log", [](auto x) {
+    using fast::log;
+    using std::log;
+    return log(x);
+  });
 }
 void sqrt_kernel(KernelContext& ctx) { float_unary(ctx, "Sqrt", [](auto x) { return std::sqrt(x); }); }
 void floor_kernel(KernelContext& ctx) { float_unary(ctx, "Floor", [](auto x) { return std::floor(x); }); }
