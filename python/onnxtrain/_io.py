@@ -23,14 +23,16 @@ _SYM_INT = getattr(torch, "SymInt", ())  # torch 2.x: what torch.export traces a
 
 
 class _Flattener:
-    def __init__(self, scalars_as_tensors, input_objects=None, number_attributes=frozenset()):
+    def __init__(self, scalars_as_tensors, input_objects=None, number_attributes=frozenset(), traced_number=None):
         self.tensors = []
         self.scalars_as_tensors = scalars_as_tensors
         # Outputs only: id -> path of the objects the call's inputs were rebuilt into (an output
         # that is one of them aliases the caller's object), and the (class, attribute) pairs that
-        # hold Python numbers in the inputs' objects, which outputs then return as numbers too.
+        # hold Python numbers in the inputs' objects, which outputs then return as numbers too;
+        # traced_number: the capture's test of whether a 0-d integer tensor stands for a number.
         self.input_objects = input_objects or {}
         self.number_attributes = number_attributes
+        self.traced_number = traced_number or (lambda t: False)
 
     def leaf(self, t):
         self.tensors.append(t)
@@ -70,7 +72,8 @@ class _Flattener:
                 attributes = _objects.state(obj)
             except _objects.UnsupportedObject as e:
                 raise UnsupportedTypeError(f"onnxtrain cannot pass {path}: {e}") from None
-            return ("O", type(obj), self.input_objects.get(id(obj)),
+            input_object = self.input_objects.get(id(obj))
+            return ("O", type(obj), input_object[0] if input_object else None,
                     tuple((name, self.attribute(type(obj), name, v, f"{path}.{name}")) for name, v in attributes))
         raise UnsupportedTypeError(
             f"onnxtrain cannot pass {path} of type {type(obj).__qualname__}: supported are tensors, None, "
@@ -86,15 +89,15 @@ class _Flattener:
             if isinstance(value, int) and numeric_attribute:
                 return ("S", int, self.leaf(torch.tensor(value)))
             if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point() and (
-                    numeric_attribute or _objects.traced_number(value)):
+                    numeric_attribute or self.traced_number(value)):
                 return ("S", int, self.leaf(value))
         return self(value, path)
 
 
 class _Unflattener:
     """Rebuilds a schema's values. python_scalars: the Python numbers themselves instead of the 0-d
-    tensors that stand for them. created: id -> path of every object rebuilt (for FlatModule,
-    which tells outputs that are inputs). call: the caller's (args, kwargs), whose objects an
+    tensors that stand for them. created: id -> (path, object) of every object rebuilt (for
+    FlatModule, which tells outputs that are inputs, and input objects the module changed). call: the caller's (args, kwargs), whose objects an
     output that aliases one of them updates in place."""
 
     def __init__(self, tensors, python_scalars=False, created=None, call=None):
@@ -124,11 +127,14 @@ class _Unflattener:
             return node[1]((k, self(c, path + (("item", k),))) for k, c in node[2])
         if kind == "P":
             children = [self(c, path + (("child", i),)) for i, c in enumerate(node[3])]
-            return _objects.pytree_unflatten(node[1], children, node[2].value)
+            obj = _objects.pytree_unflatten(node[1], children, node[2].value)
+            if self.created is not None:
+                self.created[id(obj)] = (path, obj)
+            return obj
         if kind == "O":
             obj = _objects.rebuild(node[1], {name: self(c, path + (("attr", name),)) for name, c in node[3]})
             if self.created is not None:
-                self.created[id(obj)] = path
+                self.created[id(obj)] = (path, obj)
             if node[2] is not None and self.call is not None:
                 target = _follow(self.call, node[2])
                 _objects.assign(target, obj)
@@ -143,9 +149,7 @@ def _follow(call, path):
     (where, key), steps = path[0], path[1:]
     obj = args[key] if where == "arg" else kwargs[key]
     for step, key in steps:
-        if step == "attr":
-            obj = getattr(obj, key)
-        elif step == "field":
+        if step in ("attr", "field"):
             obj = getattr(obj, key)
         elif step == "child":
             obj = _objects.pytree_flatten(obj)[0][key]
@@ -181,7 +185,8 @@ def flatten_inputs(args, kwargs, scalars_as_tensors=True):
 def unflatten_inputs(schema, tensors, python_scalars=False, created_objects=None):
     """The call's (args, kwargs) again. python_scalars: the Python numbers themselves, as the user
     passed them, instead of the 0-d tensors that stand for them in the graph. created_objects: a
-    dict that receives id -> path of every object rebuilt, for flatten_outputs."""
+    dict that receives id -> (path, object) of every object rebuilt, for flatten_outputs and
+    refuse_unreturned_changes."""
     arg_nodes, kwarg_nodes = schema
     rebuild = _Unflattener(tensors, python_scalars, created_objects)
     args = [rebuild(n, (("arg", i),)) for i, n in enumerate(arg_nodes)]
@@ -189,18 +194,43 @@ def unflatten_inputs(schema, tensors, python_scalars=False, created_objects=None
     return args, kwargs
 
 
+def refuse_unreturned_changes(created_objects, before, output_schema):
+    """Raises where the module changed an input object (a cache it updated) that the output does
+    not return as itself: eager's caller sees the change, and the graph cannot make it. A pytree
+    type is rebuilt by its own unflatten function, never updated in place, so any change to one
+    is refused. before: _objects.snapshot of each object, taken before the call."""
+    returned = [node[2] for node in _walk([output_schema]) if node[0] == "O" and node[2] is not None]
+    for key, (path, obj) in created_objects.items():
+        if _objects.snapshot(obj) == before[key]:
+            continue
+        if _objects.kind(obj) == "state" and any(path[:len(r)] == r for r in returned):
+            continue
+        where = "".join(f".{k}" if step in ("attr", "field") else f"<{k}>" if step == "child" else f"[{k!r}]"
+                        for step, k in path[1:])
+        root = f"argument {path[0][1]}" if path[0][0] == "arg" else f"keyword argument {path[0][1]!r}"
+        raise UnsupportedTypeError(
+            f"onnxtrain cannot pass {root}{where}: the module changes this {type(obj).__qualname__} in place"
+            + (" and does not return it" if _objects.kind(obj) == "state" else
+               ", and a type registered with torch.utils._pytree is rebuilt, not updated")
+            + ", so the graph cannot leave the caller's object as eager does")
+
+
 def number_attributes(schema):
     """(class, attribute) of every Python number held by an object in the inputs."""
     found = set()
-    for node in _walk(schema):
+    for node in _walk(_input_roots(schema)):
         if node[0] == "O":
             found.update((node[1], name) for name, child in node[3] if child[0] == "S")
     return frozenset(found)
 
 
-def _walk(schema):
-    """Every node of an input schema, depth first."""
-    pending = list(schema[0]) + [n for _, n in schema[1]]
+def _input_roots(schema):
+    return list(schema[0]) + [n for _, n in schema[1]]
+
+
+def _walk(roots):
+    """Every node below the given schema nodes, depth first."""
+    pending = list(roots)
     while pending:
         node = pending.pop()
         yield node
@@ -209,20 +239,22 @@ def _walk(schema):
             pending.extend(node[1])
         elif kind == "NT":
             pending.extend(node[2])
-        elif kind == "D" or kind == "O":
-            pending.extend(c for _, c in (node[2] if kind == "D" else node[3]))
+        elif kind == "D":
+            pending.extend(c for _, c in node[2])
+        elif kind == "O":
+            pending.extend(c for _, c in node[3])
         elif kind == "P":
             pending.extend(node[3])
 
 
 def scalar_positions(schema):
     """Indices of the flat tensors that stand for Python numbers."""
-    return sorted(node[2] for node in _walk(schema) if node[0] == "S")
+    return sorted(node[2] for node in _walk(_input_roots(schema)) if node[0] == "S")
 
 
-def flatten_outputs(out, input_objects=None, number_attributes=frozenset()):
-    """(tensors, schema) of a module's output. input_objects and number_attributes: see _Flattener."""
-    flat = _Flattener(False, input_objects, number_attributes)
+def flatten_outputs(out, input_objects=None, number_attributes=frozenset(), traced_number=None):
+    """(tensors, schema) of a module's output. The other arguments: see _Flattener."""
+    flat = _Flattener(False, input_objects, number_attributes, traced_number)
     schema = flat(out, "output")
     return flat.tensors, schema
 

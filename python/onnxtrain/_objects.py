@@ -23,21 +23,25 @@ class UnsupportedObject(TypeError):
 
 
 def kind(obj):
-    """"pytree", "state" or None (not an object the flattener opens)."""
+    """"pytree", "state" or None (not an object the flattener opens). transformers' caches are
+    judged by class before pytree: transformers registers some of those it refuses (StaticCache)
+    with pytree for its own exports, and their flatten functions cannot tell a graph that the
+    caller's tensors are written in place."""
     cls = type(obj)
-    if _pytree_node(cls) is not None:
-        return "pytree"
     if _is_transformers_cache(cls):
         if cls.__name__ not in _GROWING_CACHES:
             raise UnsupportedObject(
-                f"{cls.__qualname__} updates its tensors in place (or keeps them in another form), which a graph "
-                f"cannot do to tensors the caller holds; onnxtrain passes transformers' {', '.join(sorted(_GROWING_CACHES))}")
+                f"{cls.__qualname__} is not one of the transformers caches onnxtrain passes "
+                f"({', '.join(sorted(_GROWING_CACHES))}), which grow by concatenation; caches such as StaticCache "
+                "write into their tensors in place, which a graph cannot do to tensors the caller holds")
         if getattr(obj, "offloading", False):
             raise UnsupportedObject(f"an offloading {cls.__qualname__} moves its tensors between devices during the "
                                     "forward, which a graph cannot do")
         if not hasattr(obj, "__dict__"):
             raise UnsupportedObject(f"{cls.__qualname__} keeps its state outside __dict__")
         return "state"
+    if _pytree_node(cls) is not None:
+        return "pytree"
     return None
 
 
@@ -140,25 +144,22 @@ class Context:
         return f"Context({self.value!r})"
 
 
-def traced_number(t):
-    """Whether a 0-d integer tensor met while a TorchScript trace runs stands for a Python int in
-    eager: the tracer turns a size (x.shape[1]) into a tensor, and arithmetic on it stays one.
-    It does so by walking the value's trace back to prim::NumToTensor through integer arithmetic."""
-    if not isinstance(t, torch.Tensor) or t.dim() != 0 or t.is_floating_point() or torch._C._get_tracing_state() is None:
-        return False
-    try:
-        value = torch._C._get_value_trace(t)
-    except RuntimeError:  # not produced inside this trace
-        return False
-    arithmetic = {"aten::add", "aten::sub", "aten::mul", "aten::floordiv", "aten::floor_divide", "aten::div",
-                  "aten::remainder", "aten::neg", "aten::max", "aten::min", "aten::clamp", "aten::Int", "aten::to",
-                  "aten::detach", "aten::clone"}
-    pending, seen = [value.node()], 0
-    while pending and seen < 64:
-        node = pending.pop()
-        seen += 1
-        if node.kind() == "prim::NumToTensor":
-            return True
-        if node.kind() in arithmetic:
-            pending.extend(i.node() for i in node.inputs())
-    return False
+def snapshot(obj):
+    """What an in-place change to an opened object replaces: its attributes' values (and the
+    items of its lists and tuples), or a pytree type's children, held by reference and compared
+    by identity, as a cache's update replaces its tensors and counters."""
+    if kind(obj) == "pytree":
+        return _Identities(pytree_flatten(obj)[0])
+    return _Identities([(name, value, *(value if isinstance(value, (list, tuple)) else ())) for name, value in
+                        vars(obj).items()])
+
+
+class _Identities:
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = [tuple(i) if isinstance(i, tuple) else (i,) for i in items]
+
+    def __eq__(self, other):
+        return len(self.items) == len(other.items) and all(
+            len(a) == len(b) and all(x is y for x, y in zip(a, b)) for a, b in zip(self.items, other.items))

@@ -153,3 +153,76 @@ def test_custom_class_output_is_a_clear_error():
     model = onnxtrain.ORTModule(ReturnsObject())
     with pytest.raises(RuntimeError, match=r"cannot pass output of type ReturnsObject.Result"):
         model(x(1, 2))
+
+
+class Span:
+    """A user's own container of tensors, registered with torch.utils._pytree (as libraries
+    register theirs for torch.export): its context is a label that must survive the trip."""
+
+    def __init__(self, start, end, label):
+        self.start, self.end, self.label = start, end, label
+
+
+def _register_span():
+    from torch.utils import _pytree
+    register = getattr(_pytree, "register_pytree_node", None) or _pytree._register_pytree_node  # torch 1.13
+    if Span not in _pytree.SUPPORTED_NODES:
+        register(Span, lambda s: ([s.start, s.end], s.label), lambda children, label: Span(*children, label))
+
+
+class SpanModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, span):
+        start = self.fc(span.start)
+        return Span(start, torch.tanh(start) * span.end, span.label + "!"), start.sum()
+
+
+def test_a_pytree_registered_type_passes_in_and_out_as_in_eager(no_fallback):
+    """In and out through the type's own flatten and unflatten functions: the same class and
+    label, the same tensors, and gradients for the parameters and for the tensors it carried in."""
+    _register_span()
+    torch.manual_seed(0)
+    net = SpanModel()
+    reference = copy.deepcopy(net)
+    model = onnxtrain.ORTModule(net)
+    for step in range(2):
+        results = []
+        for m in (model, reference):
+            start, end = x(3, 4, seed=step).requires_grad_(), x(3, 4, seed=10 + step).requires_grad_()
+            span, total = m(Span(start, end, "tokens"))
+            (span.start.sum() + (span.end * 2).sum() + total).backward()
+            results.append((span, total, start.grad, end.grad))
+        (ours, our_total, our_dstart, our_dend), (eager, eager_total, eager_dstart, eager_dend) = results
+        assert_engine_ran(our_total)
+        assert type(ours) is Span and ours.label == eager.label == "tokens!"
+        assert_close(ours.start, eager.start, f"step {step} span.start")
+        assert_close(ours.end, eager.end, f"step {step} span.end")
+        assert_close(our_dstart, eager_dstart, f"step {step} d start")
+        assert_close(our_dend, eager_dend, f"step {step} d end")
+    for (name, p), q in zip(net.named_parameters(), reference.parameters()):
+        assert_close(p.grad, q.grad, f"{name}.grad")
+    assert model.engine_runs == 2 and model.fallback_reason is None
+
+
+class UpdatesItsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, span):
+        out = self.fc(span.start)
+        span.start = out  # eager's caller sees its Span changed
+        return out.sum()
+
+
+def test_a_pytree_input_the_module_changes_in_place_is_refused_by_name(no_fallback):
+    """A Span is rebuilt from its children for the graph, so the caller's Span could not be left
+    as eager leaves it: refused, naming the argument and why, instead of a silently stale object."""
+    _register_span()
+    model = onnxtrain.ORTModule(UpdatesItsInput())
+    span = Span(x(3, 4), x(3, 4, seed=1), "tokens")
+    with pytest.raises(Exception, match=r"argument 0: the module changes this Span in place"):
+        model(span)

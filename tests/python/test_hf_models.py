@@ -289,7 +289,7 @@ def _tensors_in(value):
     return []
 
 
-def _prefix_cache(net, prefix):
+def _prefix_cache(prefix):
     """A DynamicCache holding per-layer (key, value) prefixes, built as a user builds one."""
     from transformers.cache_utils import DynamicCache
 
@@ -323,7 +323,7 @@ def test_a_cache_passed_in_trains_as_in_eager_and_is_updated_in_place(name, no_f
         results = []
         for m in (model, reference):
             m.zero_grad(set_to_none=True)
-            cache = _prefix_cache(net, prefix)
+            cache = _prefix_cache(prefix)
             out = m(**kwargs, past_key_values=cache)
             out.loss.backward()
             grads = [t.grad for kv in prefix for t in kv]
@@ -341,6 +341,28 @@ def test_a_cache_passed_in_trains_as_in_eager_and_is_updated_in_place(name, no_f
         for (pname, _), a, b in zip(net.named_parameters(), our_grads, eager_grads):
             conftest.assert_close(a, b, f"{pname}.grad after a prefix of {past}")
     assert model.engine_runs == 2 and model.fallback_reason is None
+
+
+class AppendsToACache(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x, cache):
+        keys = self.fc(x).unsqueeze(1)
+        cache.update(keys, keys, 0)  # eager's caller sees the cache grow
+        return keys.sum()
+
+
+def test_a_cache_the_module_updates_without_returning_it_is_refused(no_fallback):
+    """The graph can leave the caller's cache as eager does only through an output that is that
+    cache; one the module grows and keeps to itself is refused, naming it, not left stale."""
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache()
+    with pytest.raises(Exception, match="argument 1: the module changes this DynamicCache in place and does not "
+                                        "return it"):
+        onnxtrain.ORTModule(AppendsToACache())(torch.randn(2, 3, 4), cache)
 
 
 def test_a_cache_that_writes_in_place_is_refused_by_name(no_fallback):

@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from .. import _io
+from .. import _io, _objects
 
 RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
               "Multinomial"}
@@ -103,9 +103,12 @@ class FlatModule(torch.nn.Module):
     """Takes and returns flat tensor tuples, so the ONNX graph has one input per tensor. Keeps
     what the first traced call saw and returned, for the check of Python number inputs."""
 
-    def __init__(self, module, input_schema):
+    def __init__(self, module, input_schema, traced_number=None):
         super().__init__()
         self.module = module
+        # The capture's test of whether an output's 0-d integer tensor stands for a Python number
+        # (a size the TorchScript tracer turned into a tensor): see _io._Flattener.attribute.
+        self.traced_number = traced_number
         self.input_schema = input_schema
         self.scalar_positions = _io.scalar_positions(input_schema)
         self.number_attributes = _io.number_attributes(input_schema)
@@ -130,8 +133,11 @@ class FlatModule(torch.nn.Module):
         self.traced_scalars.update(id(tensors[i]) for i in self.scalar_positions)
         input_objects = {}
         args, kwargs = _io.unflatten_inputs(self.input_schema, tensors, created_objects=input_objects)
+        before = {key: _objects.snapshot(obj) for key, (_, obj) in input_objects.items()}
         out = self.module(*args, **kwargs)
-        flat, self.observed.output_schema = _io.flatten_outputs(out, input_objects, self.number_attributes)
+        flat, self.observed.output_schema = _io.flatten_outputs(out, input_objects, self.number_attributes,
+                                                                self.traced_number)
+        _io.refuse_unreturned_changes(input_objects, before, self.observed.output_schema)
         if self.first_outputs is None and self.scalar_positions:
             self.first_outputs = (self.output_schema, [t.detach().clone() for t in flat])
         return tuple(flat)

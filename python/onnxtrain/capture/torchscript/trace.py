@@ -83,10 +83,37 @@ def _gradient_cuts_watched(flat, cuts):
         del flat.forward
 
 
+# The traced ops through which a size stays a number: a cache's count of tokens seen is one.
+_INTEGER_ARITHMETIC = frozenset({"aten::add", "aten::sub", "aten::mul", "aten::floordiv", "aten::floor_divide",
+                                 "aten::div", "aten::remainder", "aten::neg", "aten::max", "aten::min", "aten::clamp",
+                                 "aten::Int", "aten::to", "aten::detach", "aten::clone"})
+
+
+def _traced_number(t):
+    """Whether a 0-d integer tensor met while a TorchScript trace runs stands for a Python int in
+    eager: the tracer turns a size (x.shape[1]) into a tensor, and arithmetic on it stays one.
+    It does so by walking the value's trace back to prim::NumToTensor through integer arithmetic."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 0 or t.is_floating_point() or torch._C._get_tracing_state() is None:
+        return False
+    try:
+        value = torch._C._get_value_trace(t)
+    except RuntimeError:  # not produced inside this trace
+        return False
+    pending, seen = [value.node()], 0
+    while pending and seen < 64:
+        node = pending.pop()
+        seen += 1
+        if node.kind() == "prim::NumToTensor":
+            return True
+        if node.kind() in _INTEGER_ARITHMETIC:
+            pending.extend(i.node() for i in node.inputs())
+    return False
+
+
 def export_once(module, tensors, input_schema, training):
     import onnx  # deferred: with the export in a child process, only the child loads it
 
-    flat = FlatModule(module, input_schema)
+    flat = FlatModule(module, input_schema, traced_number=_traced_number)
     # Only the wrapper's own flag: train() would also set every submodule's, and a submodule the
     # user put in eval mode (a frozen BatchNorm) must be traced as eager runs it.
     flat.training = module.training
