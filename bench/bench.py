@@ -557,12 +557,13 @@ def assembled_table(machine, names):
     return table
 
 
-def update_readme(table):
-    path = os.path.join(ROOT, "README.md")
+def update_readme(table, markers=(README_BEGIN, README_END), path=os.path.join(ROOT, "README.md")):
+    """Replaces what lies between README.md's two marker lines with `table`; every table the
+    benches generate (this one, bench/elementwise.py's, bench/memory_optimization.py's) goes in so."""
     with open(path) as f:
         text = f.read()
-    begin, end = text.index(README_BEGIN), text.index(README_END)
-    text = text[:begin + len(README_BEGIN)] + "\n" + table + text[end:]
+    begin, end = text.index(markers[0]), text.index(markers[1])
+    text = text[:begin + len(markers[0])] + "\n" + table + text[end:]
     with open(path, "w") as f:
         f.write(text)
 

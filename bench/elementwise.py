@@ -49,6 +49,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python")))
 sys.path.insert(0, HERE)
 from onnxtrain import _C  # noqa: E402  (from the path above)
+import bench  # noqa: E402  (its machine and commit names, and its README writer)
 
 README_BEGIN, README_END = "<!-- elementwise-table:start -->", "<!-- elementwise-table:end -->"
 DEFAULT_OUT = os.path.join(HERE, "results", "elementwise.md")
@@ -139,53 +140,44 @@ SPECS = (
 # from a slow one (only ours).
 A = torch.ops.aten
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772, 1.0507009873554805
-TORCH_FORWARD = {
-    "Relu": "clamp_min", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
-    "Reciprocal": "reciprocal", "Abs": "abs", "Neg": "neg", "Erf": "erf", "Sin": "sin", "Cos": "cos", "Tan": "tan",
-    "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh",
-    "Acosh": "acosh", "Atanh": "atanh", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign"}
-TORCH = {label: (lambda fn: lambda t, o: (lambda: getattr(torch, fn)(*t.values(), *((0.0,) if fn == "clamp_min" else ()),
-                                                                       out=o)))(fn)
-         for label, fn in TORCH_FORWARD.items()}
+def _torch_function(name, *extra):
+    """torch.<name>(the row's inputs in order, *extra, out=o)."""
+    return lambda t, o: getattr(torch, name)(*t.values(), *extra, out=o)
+
+
+TORCH = {label: _torch_function(name) for label, name in {
+    "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
+    "Abs": "abs", "Neg": "neg", "Erf": "erf", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin",
+    "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh",
+    "Atanh": "atanh", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign", "Add": "add",
+    "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "maximum", "Min": "minimum", "Pow": "pow",
+    "Mod (fmod)": "fmod", "Where": "where"}.items()}
 TORCH.update({
-    "Softplus": lambda t, o: lambda: A.softplus.out(t["X"], 1.0, 20.0, out=o),
-    "HardSwish": lambda t, o: lambda: A.hardswish.out(t["X"], out=o),
-    "LeakyRelu": lambda t, o: lambda: A.leaky_relu.out(t["X"], 0.01, out=o),
-    "Elu": lambda t, o: lambda: A.elu.out(t["X"], 1.0, 1.0, 1.0, out=o),
-    "Selu": lambda t, o: lambda: A.elu.out(t["X"], SELU_ALPHA, SELU_SCALE, 1.0, out=o),
-    "Celu": lambda t, o: lambda: A.elu.out(t["X"], 1.0, 1.0, 1.0, out=o),
-    "HardSigmoid": lambda t, o: lambda: A.hardsigmoid.out(t["X"], out=o),
-    "Clip": lambda t, o: lambda: torch.clamp(t["X"], -1.0, 1.0, out=o),
-    "Gelu (none)": lambda t, o: lambda: A.gelu.out(t["X"], approximate="none", out=o),
-    "Gelu (tanh)": lambda t, o: lambda: A.gelu.out(t["X"], approximate="tanh", out=o),
-    "Silu": lambda t, o: lambda: A.silu.out(t["X"], out=o),
-    "HardTanh (0, 6)": lambda t, o: lambda: A.hardtanh.out(t["X"], 0.0, 6.0, out=o),
-    "Add": lambda t, o: lambda: torch.add(t["A"], t["B"], out=o),
-    "Sub": lambda t, o: lambda: torch.sub(t["A"], t["B"], out=o),
-    "Mul": lambda t, o: lambda: torch.mul(t["A"], t["B"], out=o),
-    "Div": lambda t, o: lambda: torch.div(t["A"], t["B"], out=o),
-    "Max": lambda t, o: lambda: torch.maximum(t["A"], t["B"], out=o),
-    "Min": lambda t, o: lambda: torch.minimum(t["A"], t["B"], out=o),
-    "Pow": lambda t, o: lambda: torch.pow(t["X"], t["E"], out=o),
-    "Mod (fmod)": lambda t, o: lambda: torch.fmod(t["A"], t["B"], out=o),
-    "Where": lambda t, o: lambda: torch.where(t["C"], t["A"], t["B"], out=o),
-    "ReluGrad": lambda t, o: lambda: A.threshold_backward.grad_input(t["dY"], t["Y"], 0.0, grad_input=o),
-    "SigmoidGrad": lambda t, o: lambda: A.sigmoid_backward.grad_input(t["dY"], t["Y"], grad_input=o),
-    "TanhGrad": lambda t, o: lambda: A.tanh_backward.grad_input(t["dY"], t["Y"], grad_input=o),
+    "Relu": _torch_function("clamp_min", 0.0),
+    "Clip": _torch_function("clamp", -1.0, 1.0),
+    "Softplus": lambda t, o: A.softplus.out(t["X"], 1.0, 20.0, out=o),
+    "HardSwish": lambda t, o: A.hardswish.out(t["X"], out=o),
+    "LeakyRelu": lambda t, o: A.leaky_relu.out(t["X"], 0.01, out=o),
+    "Elu": lambda t, o: A.elu.out(t["X"], 1.0, 1.0, 1.0, out=o),
+    "Selu": lambda t, o: A.elu.out(t["X"], SELU_ALPHA, SELU_SCALE, 1.0, out=o),
+    "Celu": lambda t, o: A.elu.out(t["X"], 1.0, 1.0, 1.0, out=o),  # alpha 1: the bench's Celu
+    "HardSigmoid": lambda t, o: A.hardsigmoid.out(t["X"], out=o),
+    "Gelu (none)": lambda t, o: A.gelu.out(t["X"], approximate="none", out=o),
+    "Gelu (tanh)": lambda t, o: A.gelu.out(t["X"], approximate="tanh", out=o),
+    "Silu": lambda t, o: A.silu.out(t["X"], out=o),
+    "HardTanh (0, 6)": lambda t, o: A.hardtanh.out(t["X"], 0.0, 6.0, out=o),
+    "ReluGrad": lambda t, o: A.threshold_backward.grad_input(t["dY"], t["Y"], 0.0, grad_input=o),
+    "SigmoidGrad": lambda t, o: A.sigmoid_backward.grad_input(t["dY"], t["Y"], grad_input=o),
+    "TanhGrad": lambda t, o: A.tanh_backward.grad_input(t["dY"], t["Y"], grad_input=o),
     # torch's softplus_backward reads X where ours reads Y: the same work, a sigmoid per element.
-    "SoftplusGrad": lambda t, o: lambda: A.softplus_backward.grad_input(t["dY"], t["Y"], 1.0, 20.0, grad_input=o),
-    "SiluGrad": lambda t, o: lambda: A.silu_backward.grad_input(t["dY"], t["X"], grad_input=o),
-    "LeakyReluGrad": lambda t, o: lambda: A.leaky_relu_backward.grad_input(t["dY"], t["Y"], 0.01, True,
-                                                                            grad_input=o),
-    "EluGrad (from Y)": lambda t, o: lambda: A.elu_backward.grad_input(t["dY"], 1.0, 1.0, 1.0, True, t["Y"],
-                                                                      grad_input=o),
-    "HardSigmoidGrad": lambda t, o: lambda: A.hardsigmoid_backward.grad_input(t["dY"], t["Y"], grad_input=o),
-    "GeluGrad (none)": lambda t, o: lambda: A.gelu_backward.grad_input(t["dY"], t["X"], approximate="none",
-                                                                      grad_input=o),
-    "GeluGrad (tanh)": lambda t, o: lambda: A.gelu_backward.grad_input(t["dY"], t["X"], approximate="tanh",
-                                                                      grad_input=o),
-    "HardTanhGrad (0, 6)": lambda t, o: lambda: A.hardtanh_backward.grad_input(t["dY"], t["X"], 0.0, 6.0,
-                                                                              grad_input=o),
+    "SoftplusGrad": lambda t, o: A.softplus_backward.grad_input(t["dY"], t["Y"], 1.0, 20.0, grad_input=o),
+    "SiluGrad": lambda t, o: A.silu_backward.grad_input(t["dY"], t["X"], grad_input=o),
+    "LeakyReluGrad": lambda t, o: A.leaky_relu_backward.grad_input(t["dY"], t["Y"], 0.01, True, grad_input=o),
+    "EluGrad (from Y)": lambda t, o: A.elu_backward.grad_input(t["dY"], 1.0, 1.0, 1.0, True, t["Y"], grad_input=o),
+    "HardSigmoidGrad": lambda t, o: A.hardsigmoid_backward.grad_input(t["dY"], t["Y"], grad_input=o),
+    "GeluGrad (none)": lambda t, o: A.gelu_backward.grad_input(t["dY"], t["X"], approximate="none", grad_input=o),
+    "GeluGrad (tanh)": lambda t, o: A.gelu_backward.grad_input(t["dY"], t["X"], approximate="tanh", grad_input=o),
+    "HardTanhGrad (0, 6)": lambda t, o: A.hardtanh_backward.grad_input(t["dY"], t["X"], 0.0, 6.0, grad_input=o),
 })
 
 
@@ -195,7 +187,8 @@ def torch_seconds(spec, tensors, args):
     if spec["label"] not in TORCH:
         return None
     out = torch.empty_like(next(t for t in tensors.values() if t.dtype == torch.float32))
-    return statistics.median(wall_clock_times(TORCH[spec["label"]](tensors, out), args))
+    run = TORCH[spec["label"]]
+    return statistics.median(wall_clock_times(lambda: run(tensors, out), args))
 
 
 def wall_clock_times(call, args):
@@ -275,7 +268,6 @@ def gbps(row):
 
 
 def table(rows, copy_gbps, args):
-    import bench  # its _machine() and _commit(), as its own tables name them
     command = "bench/run --elementwise" + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
     ms = lambda t: f"{1e3 * t:.3f}" if t < 1e-3 else f"{1e3 * t:.2f}" if t < 0.1 else f"{1e3 * t:.0f}"  # noqa: E731
     lines = [f"`{command}`, {datetime.date.today()} (commit {bench._commit()}) on {bench._machine()}: "
@@ -298,15 +290,6 @@ def table(rows, copy_gbps, args):
     return "\n".join(lines) + "\n"
 
 
-def update_readme(text_of_table):
-    path = os.path.join(ROOT, "README.md")
-    with open(path) as f:
-        text = f.read()
-    begin, end = text.index(README_BEGIN), text.index(README_END)
-    with open(path, "w") as f:
-        f.write(text[:begin + len(README_BEGIN)] + "\n" + text_of_table + text[end:])
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=2 ** 23, help="elements per tensor (default 2^23: 32 MiB of float32)")
@@ -319,7 +302,7 @@ def main():
     args = p.parse_args()
     if args.readme:
         with open(args.out) as f:
-            update_readme(f.read())
+            bench.update_readme(f.read(), (README_BEGIN, README_END), os.path.join(ROOT, "README.md"))
         print(f"[elementwise] README.md table rewritten from {args.out}", flush=True)
         return
     torch.set_num_threads(args.threads)

@@ -23,6 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(ROOT, "python")))
+import bench  # noqa: E402  (its README writer)
+
 MODES = ("none", "recompute")
 README_BEGIN, README_END = "<!-- memopt:begin -->", "<!-- memopt:end -->"
 
@@ -130,12 +132,7 @@ def main():
         json.dump(dict(model=args.model, results=results), f, indent=1)
     print(report)
     if args.model == "transformer" and args.threads_list == "1,2":
-        path = os.path.join(ROOT, "README.md")
-        with open(path) as f:
-            text = f.read()
-        begin, end = text.index(README_BEGIN), text.index(README_END)
-        with open(path, "w") as f:
-            f.write(text[:begin + len(README_BEGIN)] + "\n" + report + text[end:])
+        bench.update_readme(report, (README_BEGIN, README_END))
         print("[memopt] README.md updated")
 
 
