@@ -6,8 +6,8 @@ state that was not written back, a stale plan or weight cache, or an optimizer s
 
 Zero tolerance makes this the test for ill-conditioned models, where a comparison with eager over
 several steps cannot tell a between-steps bug from the model amplifying rounding: timm's
-semnasnet_050 moves its own loss by 0.3 over three steps when eager's thread count changes, and
-issue 36 found it drifting from float64 without knowing which it was.
+semnasnet_050, whose eager float32 run is itself far from float64 (test_timm_models.py's
+ILL_CONDITIONED), drifted from float64 over three steps in issue 36 without telling which it was.
 """
 import copy
 
