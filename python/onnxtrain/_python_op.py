@@ -11,6 +11,7 @@ one: save_for_backward, needs_input_grad, mark_non_differentiable, mark_dirty,
 set_materialize_grads and attributes behave as in eager. backward runs the user's backward through
 torch.autograd.grad on that one recorded node."""
 import itertools
+import uuid
 import weakref
 
 import torch
@@ -80,6 +81,14 @@ def qualified_name(cls):
 _functions = {}  # function_key -> FunctionSpec, for the graphs alive in this process
 _calls = {}      # context id -> _Call, from forward until backward or release
 _call_ids = itertools.count()
+
+
+def new_function_key():
+    """A key for one Function application in an exported graph, unique across processes: exports
+    run in forked children, whose counters all start alike and whose pids the kernel reuses, so a
+    pid and a counter named two graphs' Functions alike in a long session, and one graph ran the
+    other's Function."""
+    return uuid.uuid4().hex
 
 
 def register(functions, owner):

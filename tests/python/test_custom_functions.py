@@ -583,3 +583,52 @@ def test_an_in_place_function_on_the_modules_own_input_is_refused():
 
     with pytest.raises(RuntimeError, match="DoubleInPlace modifies its input 0 in place, which is the module's own"):
         onnxtrain.ORTModule(Model())(torch.randn(2, 3))
+
+
+class Doubles(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+class Triples(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3
+
+
+class Applies(nn.Module):
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.function.apply(self.fc(x))
+
+
+def test_each_graph_runs_its_own_function_when_the_kernel_reuses_a_pid(monkeypatch, no_fallback):
+    """Exports run in forked children whose counters start alike, and a long session reuses their
+    pids. Two graphs whose exports saw the same pid must still run their own Functions: a key made
+    of the pid and a counter named both graphs' Functions alike, and the first graph then ran the
+    second's Function (a gradient of zeros where eager had None, in the full suite)."""
+    import os
+
+    monkeypatch.setattr(os, "getpid", lambda: 4242)  # every export child, too, sees one pid
+    torch.manual_seed(0)
+    doubles, triples = Applies(Doubles), Applies(Triples)
+    eager = copy.deepcopy(doubles)
+    ours_doubles, ours_triples = onnxtrain.ORTModule(doubles), onnxtrain.ORTModule(triples)
+    x = torch.randn(2, 4)
+    ours_doubles(x), ours_triples(x)  # both exported: the second's key must not replace the first's
+    out = ours_doubles(x)
+    assert_engine_ran(out)
+    assert_close(out, eager(x), "the first graph's output, which Doubles makes")

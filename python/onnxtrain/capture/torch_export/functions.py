@@ -10,16 +10,13 @@ node's attributes need (output dtypes, which outputs are non-differentiable, whi
 gradient) comes from a probe of each application on real tensors: an eager run of the module
 before the export, with Function.apply recording every application in call order.
 """
-import itertools
-import os
 from typing import List
 
 import torch
 
-from ..._python_op import UnsupportedFunction, qualified_name, split_arguments
+from ..._python_op import UnsupportedFunction, new_function_key, qualified_name, split_arguments
 from . import stubs
 
-_export_ids = itertools.count()
 # function_key -> (spec, torch_apply, probe) for the applications of the export in progress.
 _applications = {}
 
@@ -87,7 +84,7 @@ def apply_in_trace(cls, args, torch_apply, functions, probes):
                                   "often than in the module's eager run (a data-dependent call)")
     found = probes.pop(0)
     spec, tensors = split_arguments(cls, args)
-    key = f"{os.getpid()}-export-{next(_export_ids)}"
+    key = new_function_key()
     functions[key] = spec
     _applications[key] = (spec, torch_apply, found)
     results = python_function(tensors, key)

@@ -3,16 +3,13 @@ one ai.onnxtrain::PythonOp node. Before emitting the node, the Function runs onc
 learn its outputs' types and which of them it marks non-differentiable or which inputs it
 modifies in place (see onnxtrain/_python_op.py for how the engine runs it)."""
 import contextlib
-import itertools
-import os
 
 import torch
 
-from ..._python_op import UnsupportedFunction, qualified_name, split_arguments
+from ..._python_op import UnsupportedFunction, new_function_key, qualified_name, split_arguments
 from ..common import ScalarsMustBeBaked, replaced_function_apply
 from . import checkpoint
 
-_export_ids = itertools.count()
 _pending_outputs = {}
 
 _ONNX_TYPES = {torch.float32: 1, torch.uint8: 2, torch.int8: 3, torch.int16: 5, torch.int32: 6, torch.int64: 7,
@@ -63,7 +60,7 @@ def export_application(cls, args, apply, functions, caller_storages=frozenset())
             raise UnsupportedFunction(
                 f"the autograd.Function {name} modifies its input {i} in place, which is the module's own input, "
                 "parameter or buffer: onnxtrain runs in-place Functions on values computed inside the module only")
-    key = f"{os.getpid()}-{id(functions)}-{next(_export_ids)}"
+    key = new_function_key()
     functions[key] = spec
     _pending_outputs[key] = outputs
     try:
