@@ -9,6 +9,18 @@ sys.path.insert(0, os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(os.path.d
 
 RTOL, ATOL = 1e-4, 1e-5
 
+# torch's autograd engine starts its device threads once per process, at the first backward, one
+# per device it counts, and torch.export's fake tensors make CUDA count devices even without a GPU
+# (FakeTensorMode installs a no-op CUDA device guard). In a worker whose first backward follows an
+# export in the worker itself (ONNXTRAIN_EXPORT_IN_PROCESS=1, or a result the forked child cannot
+# send back, such as a Function class defined inside a test), the engine starts such threads, and
+# torch then refuses autograd in every child forked later: the exports of custom Functions then
+# run in the worker (capture/common.py), and the call counts of test_custom_functions.py count
+# their probes too. One backward here counts the devices before any export.
+_warm = torch.zeros((), requires_grad=True)
+(_warm * 2).backward()
+del _warm
+
 
 @pytest.fixture(autouse=True)
 def no_silent_fallback(monkeypatch):

@@ -3,6 +3,7 @@ module that tracers see, the state an export must leave as it was, the check of 
 inputs, and the export driver (a cut-down batch first, in a forked child process)."""
 import contextlib
 import gc
+import logging
 import math
 import os
 
@@ -309,8 +310,26 @@ def export(export_once, module, tensors, input_schema, training, full_trace=Fals
     return _export(export_once, module, tensors, input_schema, training, full_trace)
 
 
+def autograd_runs():
+    """Whether torch's autograd can run a backward in this process. It cannot in a child forked
+    after the parent's autograd engine started threads of its own: its device threads, which it
+    starts at the process's first backward for every device it counts (torch.export's fake tensors
+    make CUDA count devices even without a GPU), or a thread for a reentrant backward nested past
+    its depth limit. There every backward raises "Unable to handle autograd's threading in
+    combination with fork-based multiprocessing"."""
+    try:
+        with torch.inference_mode(False), torch.enable_grad():
+            x = torch.zeros((), requires_grad=True)
+            torch.autograd.grad(x * 2, x)
+        return True
+    except RuntimeError:
+        return False
+
+
 def _export_in_child(export_once, module, tensors, input_schema, training, full_trace):
-    """Runs _export in a forked child. Returns None when the child could not send its result."""
+    """Runs _export in a forked child. Returns None when the child could not send its result, or
+    could not run autograd, which the probe of each custom autograd.Function needs (its backward
+    tells which inputs get no gradient): the parent then exports itself."""
     import pickle
 
     read_end, write_end = os.pipe()
@@ -323,7 +342,10 @@ def _export_in_child(export_once, module, tensors, input_schema, training, full_
             os.close(read_end)
             torch.set_num_threads(1)  # OpenMP's thread pool does not survive fork
             try:
-                outcome = ("ok", _export(export_once, module, tensors, input_schema, training, full_trace))
+                if autograd_runs():
+                    outcome = ("ok", _export(export_once, module, tensors, input_schema, training, full_trace))
+                else:
+                    outcome = ("no_autograd", None)
             except ExportError as e:
                 outcome = ("error", str(e))
             try:
@@ -344,6 +366,10 @@ def _export_in_child(export_once, module, tensors, input_schema, training, full_
         return None
     if kind == "error":
         raise ExportError(value)
+    if kind == "no_autograd":
+        logging.getLogger("onnxtrain").info(
+            "onnxtrain: autograd cannot run in a child forked from this process (torch's autograd engine "
+            "started threads here), so the module is exported in this process")
     return value if kind == "ok" else None
 
 

@@ -7,7 +7,7 @@ import contextlib
 import torch
 
 from ..._python_op import UnsupportedFunction, new_function_key, qualified_name, split_arguments
-from ..common import ScalarsMustBeBaked, replaced_function_apply
+from ..common import ScalarsMustBeBaked, autograd_runs, replaced_function_apply
 from . import checkpoint
 
 _pending_outputs = {}
@@ -128,6 +128,10 @@ def _inputs_without_gradient(outputs, leaves):
             grads = torch.autograd.grad(roots, [leaves[i] for i in wanted], [torch.ones_like(o) for o in roots],
                                         allow_unused=True)
     except Exception:  # noqa: BLE001 - a backward that needs real gradients: assume every input gets one
+        if not autograd_runs():
+            # Not the Function's backward: autograd cannot run here at all. [] would give each input
+            # the backward returns None for a gradient of zeros (src/ops/python/python_op.cc).
+            raise
         return []
     return [i for i, g in zip(wanted, grads) if g is None]
 
