@@ -108,6 +108,10 @@ class NodeByNodeInference {
       // libonnx divides the channels (or the spatial dims) by the block size.
       const int64_t block = n.attr_int("blocksize", 0);
       if (block <= 0) OT_THROW(n.describe(), ": blocksize is ", block, "; it must be positive");
+    } else if (op == "STFT") {
+      // libonnx 1.12 reads the signal's dim 1 unchecked (a fuzzer crash: a signal of rank 1).
+      const int x = rank_of(n, 0);
+      if (x >= 0 && x != 3) refuse(n, 0, str_cat("has rank ", x, "; STFT needs [batch, signal_length, 1 or 2]"));
     } else if (op == "LayerNormalization") {
       const int x = rank_of(n, 0);
       if (x == 0) refuse(n, 0, "is a scalar; LayerNormalization needs rank >= 1");
