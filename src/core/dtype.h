@@ -99,4 +99,19 @@ decltype(auto) dispatch_all(DType t, const char* what, Fn&& fn) {
   return dispatch_numeric(t, what, std::forward<Fn>(fn));
 }
 
+// Ops that only move elements (a permutation, a copy): calls fn(TypeTag<U>{}) with the unsigned
+// integer U as wide as t's element, so every type, float16 and bfloat16 included, moves as bits.
+template <typename Fn>
+decltype(auto) dispatch_by_width(DType t, const char* what, Fn&& fn) {
+  if (t == DType::String || t == DType::Undefined || is_list_kind(t))
+    OT_THROW(what, ": element type ", dtype_name(t), " is not supported");
+  switch (dtype_size(t)) {
+    case 1: return fn(TypeTag<uint8_t>{});
+    case 2: return fn(TypeTag<uint16_t>{});
+    case 4: return fn(TypeTag<uint32_t>{});
+    case 8: return fn(TypeTag<uint64_t>{});
+    default: OT_THROW(what, ": element type ", dtype_name(t), " is not supported");
+  }
+}
+
 }  // namespace onnxtrain

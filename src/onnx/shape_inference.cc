@@ -108,6 +108,12 @@ class NodeByNodeInference {
       // libonnx divides the channels (or the spatial dims) by the block size.
       const int64_t block = n.attr_int("blocksize", 0);
       if (block <= 0) OT_THROW(n.describe(), ": blocksize is ", block, "; it must be positive");
+    } else if (op == "MaxUnpool") {
+      // libonnx 1.12 reads the indices' dim 1 unchecked (a fuzzer crash: indices of rank 1); the
+      // kernel needs indices shaped as X anyway.
+      const int x = rank_of(n, 0), indices = rank_of(n, 1);
+      if (x >= 0 && indices >= 0 && x != indices)
+        refuse(n, 1, str_cat("has rank ", indices, " but X has rank ", x, "; MaxUnpool's indices have X's shape"));
     } else if (op == "STFT") {
       // libonnx 1.12 reads the signal's dim 1 unchecked (a fuzzer crash: a signal of rank 1).
       const int x = rank_of(n, 0);

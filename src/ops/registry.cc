@@ -43,6 +43,21 @@ bool OpRegistry::has_zero_gradient(const std::string& domain, const std::string&
   return zero_gradients_.count(key(domain, op_type)) > 0;
 }
 
+bool OpRegistry::add_native_16bit_floats(const std::string& domain, const std::string& op_type,
+                                         std::vector<DType> types) {
+  for (DType t : types)
+    OT_CHECK(t == DType::Float16 || t == DType::BFloat16, domain, "::", op_type, ": ", dtype_name(t),
+             " is not a 16-bit float type");
+  auto& known = native_16bit_floats_[key(domain, op_type)];
+  known.insert(known.end(), types.begin(), types.end());
+  return true;
+}
+
+bool OpRegistry::computes_natively(const std::string& domain, const std::string& op_type, DType type) const {
+  auto it = native_16bit_floats_.find(key(domain, op_type));
+  return it != native_16bit_floats_.end() && std::find(it->second.begin(), it->second.end(), type) != it->second.end();
+}
+
 bool OpRegistry::add_not_differentiable(const std::string& domain, const std::string& op_type) {
   not_differentiable_[key(domain, op_type)] = true;
   return true;

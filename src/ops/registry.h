@@ -11,6 +11,9 @@
 namespace onnxtrain {
 
 class GradBuilder;
+
+// Both 16-bit float types, for ONNXTRAIN_NATIVE_16BIT_FLOATS.
+inline const std::vector<DType> kBothHalfFloats = {DType::Float16, DType::BFloat16};
 using GradientRule = void (*)(GradBuilder&);
 // Whether output `index` of `node` carries gradient, for ops that decide per node (PythonOp: the
 // user's Function marked some outputs non-differentiable).
@@ -47,6 +50,13 @@ class OpRegistry {
   bool add_records_requires_grad(const std::string& domain, const std::string& op_type);
   bool records_requires_grad(const std::string& domain, const std::string& op_type) const;
 
+  // The 16-bit float types (float16, bfloat16) an op's kernel reads and writes itself: data
+  // movement, Cast, the random draws, and kernels with their own bfloat16 path. Every other
+  // 16-bit input is widened to float32 for the kernel and its outputs rounded back once
+  // (runtime/half_compute.h).
+  bool add_native_16bit_floats(const std::string& domain, const std::string& op_type, std::vector<DType> types);
+  bool computes_natively(const std::string& domain, const std::string& op_type, DType type) const;
+
   const KernelFactory* kernel(const std::string& domain, const std::string& op_type) const;
   GradientRule gradient(const std::string& domain, const std::string& op_type) const;
 
@@ -64,6 +74,7 @@ class OpRegistry {
   std::unordered_map<std::string, std::string> gradient_refused_;
   std::unordered_map<std::string, OutputDifferentiability> output_differentiability_;
   std::unordered_map<std::string, bool> records_requires_grad_;
+  std::unordered_map<std::string, std::vector<DType>> native_16bit_floats_;
 };
 
 template <typename K>
@@ -114,6 +125,12 @@ inline KernelFactory kernel_factory(FunctionKernel::Fn fn) {
 #define ONNXTRAIN_RECORDS_REQUIRES_GRAD(domain, op_type)                          \
   static const bool OT_CONCAT(ot_records_requires_grad_registered_, __COUNTER__) = \
       ::onnxtrain::OpRegistry::instance().add_records_requires_grad(domain, op_type)
+
+// ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Transpose", kBothHalfFloats): its kernel handles these
+// 16-bit float types itself, so the executor does not widen them.
+#define ONNXTRAIN_NATIVE_16BIT_FLOATS(domain, op_type, ...)                                \
+  static const bool OT_CONCAT(ot_native_16bit_floats_registered_, __COUNTER__) =         \
+      ::onnxtrain::OpRegistry::instance().add_native_16bit_floats(domain, op_type, __VA_ARGS__)
 
 // ONNXTRAIN_GRADIENT("", "Relu", relu_gradient): the rule emits the backward nodes.
 #define ONNXTRAIN_GRADIENT(domain, op_type, rule)                                \

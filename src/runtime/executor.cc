@@ -191,7 +191,7 @@ void execute(RunState& state, size_t begin, size_t end, const char* phase) {
     std::string shapes = profiling ? input_shapes(state, cn) : std::string();
     const int64_t start = profiling ? Profiler::now_us() : 0;
     try {
-      if (cn.widen_16bit_floats) compute_with_16bit_floats_widened(state, cn, ctx);
+      if (cn.widen_float16 || cn.widen_bfloat16) compute_with_16bit_floats_widened(state, cn, ctx);
       else cn.kernel->compute(ctx);
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(str_cat(cn.node->describe(), " (opset ", cn.opset, "): ", e.what()));

@@ -1,10 +1,10 @@
 #include "runtime/half_compute.h"
 
-#include <set>
 #include <string>
 #include <utility>
 
 #include "core/half.h"
+#include "ops/registry.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -55,18 +55,8 @@ bool shares_memory(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-bool computes_16bit_floats_in_float32(const std::string& domain, const std::string& op_type) {
-  // Kernels that move bytes whatever the element type, or that read or write 16-bit floats
-  // themselves; the data movers would be exact through float32 too, only slower.
-  static const std::set<std::string> kNative = {
-      "Cast", "CastLike", "Constant", "ConstantOfShape", "Identity", "Reshape", "Flatten", "Squeeze",
-      "Unsqueeze", "Shape", "Size", "Concat", "Split", "Slice", "Expand", "Gather", "GatherElements", "Tile",
-      "Transpose", "NonZero", "IsNaN", "IsInf", "Pad", "RandomUniform", "RandomNormal", "RandomUniformLike",
-      "RandomNormalLike", "Multinomial"};
-  // A Python Function receives its inputs as they are, as in eager; SplitGuard passes its input on.
-  if (domain == kOnnxTrainDomain && (op_type == "PythonOp" || op_type == "PythonOpGrad" || op_type == "SplitGuard"))
-    return false;
-  return !(domain.empty() && kNative.count(op_type));
+bool computes_in_float32(const std::string& domain, const std::string& op_type, DType half_type) {
+  return !OpRegistry::instance().computes_natively(domain, op_type, half_type);
 }
 
 void compute_with_16bit_floats_widened(RunState& state, const CompiledNode& cn, KernelContext& ctx) {
@@ -78,10 +68,13 @@ void compute_with_16bit_floats_widened(RunState& state, const CompiledNode& cn, 
     OT_CHECK(narrow == DType::Undefined || narrow == t, "inputs mix float16 and bfloat16");
     narrow = t;
   }
-  if (narrow == DType::Undefined) {
+  if (narrow == DType::Undefined || (narrow == DType::Float16 ? !cn.widen_float16 : !cn.widen_bfloat16)) {
     cn.kernel->compute(ctx);
     return;
   }
+  std::vector<bool> input_was_16bit;
+  for (int id : cn.inputs)
+    input_was_16bit.push_back(id >= 0 && is_16bit_float(state.values[static_cast<size_t>(id)].dtype()));
   // Swap the 16-bit inputs for float32 copies for the kernel's run, then put them back.
   std::vector<std::pair<int, Tensor>> originals;
   for (int id : cn.inputs) {
@@ -107,6 +100,9 @@ void compute_with_16bit_floats_widened(RunState& state, const CompiledNode& cn, 
     Tensor& out = state.values[static_cast<size_t>(cn.outputs[o])];
     if (!out.defined() || out.dtype() != DType::Float32) continue;
     if (o < cn.float32_outputs.size() && cn.float32_outputs[o]) continue;  // declared float32 (a stash type)
+    if (o < cn.output_type_sources.size() && cn.output_type_sources[o] >= 0 &&
+        !input_was_16bit[static_cast<size_t>(cn.output_type_sources[o])])
+      continue;  // its type follows a float32 input's
     bool aliases_float32_input = false;
     for (int id : cn.inputs)
       if (id >= 0 && shares_memory(out, state.values[static_cast<size_t>(id)])) aliases_float32_input = true;

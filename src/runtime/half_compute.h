@@ -9,11 +9,12 @@
 
 namespace onnxtrain {
 
-// False for ops whose kernels read and write float16/bfloat16 themselves.
-bool computes_16bit_floats_in_float32(const std::string& domain, const std::string& op_type);
+// False for a 16-bit float type the op's kernel reads and writes itself.
+bool computes_in_float32(const std::string& domain, const std::string& op_type, DType half_type);
 
 // Runs cn's kernel, widening its 16-bit float inputs and narrowing its float32 outputs (except
-// those the graph declares float32) when it has any; plain compute otherwise.
+// those the graph declares float32) when it has inputs of a type cn widens; plain compute
+// otherwise.
 void compute_with_16bit_floats_widened(RunState& state, const CompiledNode& cn, KernelContext& ctx);
 
 }  // namespace onnxtrain

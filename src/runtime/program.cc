@@ -3,10 +3,35 @@
 #include <map>
 #include <set>
 
+#include <onnx/defs/schema.h>
+
 #include "ops/registry.h"
 #include "runtime/half_compute.h"
 
 namespace onnxtrain {
+namespace {
+
+// For each output of n, the first input whose formal parameter has the same type constraint
+// ("T2") in n's schema; -1 where none does, or n has no schema.
+std::vector<int> output_type_sources(const Node& n, int opset) {
+  std::vector<int> sources(n.outputs.size(), -1);
+  const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type, opset, n.domain);
+  if (!schema || schema->inputs().empty() || schema->outputs().empty()) return sources;
+  const auto& ins = schema->inputs();
+  const auto& outs = schema->outputs();
+  for (size_t o = 0; o < n.outputs.size(); ++o) {
+    const std::string& constraint = outs[std::min(o, outs.size() - 1)].GetTypeStr();
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (ins[std::min(i, ins.size() - 1)].GetTypeStr() == constraint) {
+        sources[o] = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  return sources;
+}
+
+}  // namespace
 
 DType KernelInfo::input_dtype(size_t i) const {
   if (!node.has_input(i)) return DType::Undefined;
@@ -93,7 +118,9 @@ Program::Program(Graph graph, const std::vector<std::string>& standalone_values)
       producer_[id] = static_cast<int>(k);
       cn.outputs.push_back(id);
     }
-    cn.widen_16bit_floats = computes_16bit_floats_in_float32(n.domain, n.op_type);
+    cn.widen_float16 = computes_in_float32(n.domain, n.op_type, DType::Float16);
+    cn.widen_bfloat16 = computes_in_float32(n.domain, n.op_type, DType::BFloat16);
+    if (cn.widen_float16 || cn.widen_bfloat16) cn.output_type_sources = output_type_sources(n, cn.opset);
     for (const auto& v : n.outputs) {
       const ValueInfo* vi = v.empty() ? nullptr : graph_.info(v);
       cn.float32_outputs.push_back(vi && vi->dtype == DType::Float32);

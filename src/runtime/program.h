@@ -23,10 +23,15 @@ struct CompiledNode {
   std::vector<int> inputs;   // value ids, -1 for omitted optional inputs
   std::vector<int> outputs;  // value ids; unrequested optional outputs get anonymous ids
   int opset = 0;
-  // float16/bfloat16 inputs are computed in float32 (runtime/half_compute.h); outputs the graph
-  // declares float32 stay float32.
-  bool widen_16bit_floats = false;
+  // float16/bfloat16 inputs that the op's kernel does not handle itself (its registry record) are
+  // computed in float32 (runtime/half_compute.h); outputs the graph declares float32 stay float32.
+  bool widen_float16 = false;
+  bool widen_bfloat16 = false;
   std::vector<bool> float32_outputs;
+  // Per output: the input (its position in `inputs`) that shares its type constraint in the op's
+  // schema, -1 if none. A widened op's output keeps float32 when that input was not 16-bit
+  // (BatchNormalization's running mean follows the float32 mean, not the bfloat16 X).
+  std::vector<int> output_type_sources;
 };
 
 class Program {

@@ -75,7 +75,9 @@ void expect_float32_matches_float64(const std::string& op, const std::string& do
       EXPECT_EQ(f32[i], static_cast<float>(f64[i])) << where;
     } else {
       EXPECT_LE(ulps_apart(f32[i], f64[i]), ulps) << where << ": " << f32[i] << " against " << f64[i];
-      if (f64[i] == 0) EXPECT_EQ(std::signbit(f32[i]), std::signbit(f64[i])) << where << ": the sign of zero";
+      if (f64[i] == 0) {
+        EXPECT_EQ(std::signbit(f32[i]), std::signbit(f64[i])) << where << ": the sign of zero";
+      }
     }
   }
 }

@@ -52,5 +52,38 @@ TEST(Transpose, EveryPermutationMatchesTheNaiveCopy) {
   }
 }
 
+// Transpose moves elements as bits of their width: float16 and bfloat16 (which autocast's
+// attention transposes) and every other width give the same permutation as int32 does.
+TEST(Transpose, EveryElementWidthMovesTheSameWay) {
+  const TensorShape shape{3, 5, 7};
+  const std::vector<int64_t> perm{2, 0, 1};
+  Tensor reference = Tensor::empty(DType::Int32, shape);
+  for (int64_t i = 0; i < reference.numel(); ++i) reference.data<int32_t>()[i] = static_cast<int32_t>(i);
+  const Tensor expected = run_transpose(reference, perm);
+  for (DType t : {DType::BFloat16, DType::Float16, DType::UInt8, DType::Bool, DType::Float64, DType::Int16}) {
+    Tensor x = Tensor::empty(t, shape);
+    const size_t width = dtype_size(t);
+    auto* bytes = static_cast<uint8_t*>(x.raw_data());
+    // Each element's bytes carry its index (low byte first), so any misplaced byte shows.
+    for (int64_t i = 0; i < x.numel(); ++i)
+      for (size_t b = 0; b < width; ++b) bytes[static_cast<size_t>(i) * width + b] = static_cast<uint8_t>((i >> (8 * b)) & 0xff);
+    if (t == DType::Bool)
+      for (int64_t i = 0; i < x.numel(); ++i) bytes[i] = static_cast<uint8_t>(i & 1);
+    const Tensor y = run_transpose(x, perm);
+    ASSERT_EQ(y.dtype(), t);
+    const auto* out = static_cast<const uint8_t*>(y.raw_data());
+    for (int64_t o = 0; o < y.numel(); ++o) {
+      const int64_t src = expected.data<int32_t>()[o];
+      if (t == DType::Bool) {
+        ASSERT_EQ(out[o], src & 1) << dtype_name(t) << " element " << o;
+        continue;
+      }
+      for (size_t b = 0; b < width; ++b)
+        ASSERT_EQ(out[static_cast<size_t>(o) * width + b], static_cast<uint8_t>((src >> (8 * b)) & 0xff))
+            << dtype_name(t) << " element " << o << " byte " << b;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace onnxtrain

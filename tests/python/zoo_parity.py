@@ -15,6 +15,10 @@ Each step starts all three runs from the same parameters (the float64 run's, rou
 chaotic divergence over steps does not hide a wrong gradient; the steps still exercise the
 engine's planned runs and buffer write-back. A gradient that eager leaves None must be None.
 
+Under torch.autocast (bfloat16 or float16), the engine and eager run the same autocast, and the
+floor is in units of the 16-bit type's rounding step (HALF_FLOOR_STEPS of them) instead: eager's
+own 16-bit distance to float64 is the measure, as float32's is above.
+
 A decision float32 cannot resolve at all is not left to chance: where the float64 run feeds a
 ReLU a value within UNRESOLVABLE of zero, relative to the largest value of that input (below one
 float32 rounding step of it), the sign float32 computes is noise, and the perturbed eager runs
@@ -37,6 +41,7 @@ PERTURBED_RUNS, PERTURBATION = 3, 1e-6
 # The engine may be this many times farther from float64 than eager float32 is, plus a floor
 # for the values where both are at float32's rounding level.
 FACTOR, FLOOR = 10.0, 1e-4
+HALF_FLOOR_STEPS = 1
 # A ReLU input this close to zero, relative to that input's largest magnitude, has a sign float32
 # cannot compute (its rounding step there is about 6e-8); the perturbed runs cover the range above.
 UNRESOLVABLE = 1e-7
@@ -65,8 +70,10 @@ class Comparison:
     """Distances to float64 of the engine and of eager float32 (the largest over the unperturbed
     and perturbed eager runs), per compared quantity."""
 
-    def __init__(self):
+    def __init__(self, floor=FLOOR, eager_label="eager float32"):
         self.entries = []  # (what, engine distance, eager distance)
+        self.floor = floor
+        self.eager_label = eager_label
 
     def add(self, what, ours, eagers, ref64, scale=None):
         def dist(t):
@@ -78,8 +85,8 @@ class Comparison:
         self.entries.append((what, dist(ours), max(dist(e) for e in eagers)))
 
     def problems(self):
-        found = [f"{w}: engine {a:.2e} from float64, eager float32 {b:.2e}" for w, a, b in self.entries
-                 if a > FACTOR * b + FLOOR]
+        found = [f"{w}: engine {a:.2e} from float64, {self.eager_label} {b:.2e}" for w, a, b in self.entries
+                 if a > FACTOR * b + self.floor]
         return found + [f"{w}: the audit's worst node {node} at {error:.2e} > {tolerance:.0e}"
                         for w, node, error, tolerance in self.audits if error > tolerance]
 
@@ -91,7 +98,7 @@ class Comparison:
 
     def worst_ratio(self):
         """The largest engine / (eager + floor / FACTOR): at most FACTOR where every check passes."""
-        return max(a / (b + FLOOR / FACTOR) for _, a, b in self.entries)
+        return max(a / (b + self.floor / FACTOR) for _, a, b in self.entries)
 
 
 def _map_tensors(obj, fn):
@@ -169,9 +176,13 @@ def _audit_step(case, model, args, kwargs, target):
     return worst.node, worst.rel_error, zoo_audit.AUDIT_TOLERANCE
 
 
-def _step(case, model, args, kwargs, target):
+def _step(case, model, args, kwargs, target, autocast=None):
     model.zero_grad(set_to_none=True)
-    output = model(*args, **kwargs)
+    if autocast is None:
+        output = model(*args, **kwargs)
+    else:
+        with torch.autocast("cpu", dtype=autocast):
+            output = model(*args, **kwargs)
     if case.output_type is not None:
         assert isinstance(output, case.output_type), f"the output is a {type(output).__name__}"
     loss = case.loss(output, target)
@@ -191,10 +202,21 @@ def _float64_step(case, model, args, kwargs, target):
         torch.set_default_dtype(previous)
 
 
-def compare_with_float64(case, steps=STEPS, seed=0):
+def _mean_scale(name, buffers64):
+    """A BatchNorm's running mean is measured in units of its channels' standard deviation too:
+    a mean that is zero in exact arithmetic (a channel fed by a zero-mean product) is rounding
+    noise, whose size only the spread of the values gives."""
+    if not name.endswith("running_mean"):
+        return None
+    var = buffers64.get(name[: -len("running_mean")] + "running_var")
+    return None if var is None else max(var.clamp(min=0).sqrt().norm().item(), 1e-30)
+
+
+def compare_with_float64(case, steps=STEPS, seed=0, autocast=None):
     """Trains case's model for `steps` steps through the engine, in eager float32 and in eager
     float64, and returns the Comparison of the logits, the loss, every gradient and buffer. The
-    engine must run every step, with neither a fallback to PyTorch nor to another capture."""
+    engine must run every step, with neither a fallback to PyTorch nor to another capture. With
+    autocast (torch.bfloat16 or torch.float16), the engine and eager train under that autocast."""
     torch.manual_seed(seed)
     base = case.make()
     ref64 = copy.deepcopy(base).double()
@@ -203,16 +225,19 @@ def compare_with_float64(case, steps=STEPS, seed=0):
     model = onnxtrain.ORTModule(net)
     capture_fallbacks = len(onnxtrain.capture.FALLBACKS)
     gen = torch.Generator().manual_seed(seed + 1)
-    comparison = Comparison()
+    comparison = Comparison() if autocast is None else Comparison(
+        HALF_FLOOR_STEPS * torch.finfo(autocast).eps, f"eager under {str(autocast).replace('torch.', '')} autocast")
     for step in range(steps):
         sync_from(ref64, net, ref32)
         args, kwargs, target = case.batch(gen)
         eagers = [ref32] + perturbed_copies(ref32, PERTURBED_RUNS, seed=100 + step)
-        logits, loss = _step(case, model, args, kwargs, target)
+        logits, loss = _step(case, model, args, kwargs, target, autocast)
         assert_engine_ran(logits)
-        eager_results = [_step(case, m, *_perturbed((args, kwargs), gen), target) if k else
-                         _step(case, m, args, kwargs, target) for k, m in enumerate(eagers)]
+        eager_results = [_step(case, m, *_perturbed((args, kwargs), gen), target, autocast) if k else
+                         _step(case, m, args, kwargs, target, autocast) for k, m in enumerate(eagers)]
         (logits64, loss64), kink = closest_kink(ref64, lambda: _float64_step(case, ref64, args, kwargs, target))
+        if autocast is not None:  # a 16-bit sign flip is within the perturbed eager runs' spread
+            kink = float("inf")
         comparison.add(f"step {step} logits", logits, [r[0] for r in eager_results], logits64)
         comparison.add(f"step {step} loss", loss, [r[1] for r in eager_results], loss64)
         total = torch.cat([p.grad.flatten() for p in ref64.parameters() if p.grad is not None]).norm().item()
@@ -230,9 +255,11 @@ def compare_with_float64(case, steps=STEPS, seed=0):
             comparison.audits = comparison.audits + ((f"step {step} (a ReLU input at {kink:.1e} of its largest)",
                                                       *_audit_step(case, model, args, kwargs, target)),)
         eager_buffers = [list(m.buffers()) for m in eagers]
+        buffers64 = dict(ref64.named_buffers())
         for i, ((bname, b), d) in enumerate(zip(net.named_buffers(), ref64.buffers())):
             if b.is_floating_point():
-                comparison.add(f"step {step} buffer {bname}", b, [e[i] for e in eager_buffers], d)
+                comparison.add(f"step {step} buffer {bname}", b, [e[i] for e in eager_buffers], d,
+                               _mean_scale(bname, buffers64))
             else:
                 assert torch.equal(b, eager_buffers[0][i]), f"step {step} buffer {bname}: {b} vs {eager_buffers[0][i]}"
         # One SGD step in float64 moves the shared starting point for the next step.

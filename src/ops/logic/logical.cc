@@ -92,6 +92,8 @@ ONNXTRAIN_KERNEL("", "And", kernel_factory(&logical_binary<And>));
 ONNXTRAIN_KERNEL("", "Or", kernel_factory(&logical_binary<Or>));
 ONNXTRAIN_KERNEL("", "Xor", kernel_factory(&logical_binary<Xor>));
 ONNXTRAIN_KERNEL("", "IsNaN", kernel_factory(&is_nan));
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "IsNaN", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "IsInf", kernel_factory<IsInfKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "IsInf", kBothHalfFloats);
 
 }  // namespace onnxtrain

@@ -270,7 +270,9 @@ void install_python_op_bridge(std::shared_ptr<PythonOpBridge> bridge) {
 ONNXTRAIN_SCHEMA(python_op_schema());
 ONNXTRAIN_SCHEMA(python_op_grad_schema());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PythonOp", kernel_factory<PythonOpKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "PythonOp", kBothHalfFloats);
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PythonOpGrad", kernel_factory<PythonOpGradKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "PythonOpGrad", kBothHalfFloats);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "PythonOp", python_op_gradient);
 ONNXTRAIN_OUTPUT_DIFFERENTIABILITY(kOnnxTrainDomain, "PythonOp", python_op_output_differentiable);
 ONNXTRAIN_RECORDS_REQUIRES_GRAD(kOnnxTrainDomain, "PythonOp");

@@ -82,5 +82,6 @@ class MultinomialKernel final : public Kernel {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Multinomial", kernel_factory<MultinomialKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Multinomial", kBothHalfFloats);
 
 }  // namespace onnxtrain

@@ -76,9 +76,13 @@ KernelFactory random_fill() {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "RandomUniform", (random_fill<Distribution::Uniform, false>()));
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "RandomUniform", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "RandomNormal", (random_fill<Distribution::Normal, false>()));
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "RandomNormal", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "RandomUniformLike", (random_fill<Distribution::Uniform, true>()));
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "RandomUniformLike", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "RandomNormalLike", (random_fill<Distribution::Normal, true>()));
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "RandomNormalLike", kBothHalfFloats);
 ONNXTRAIN_NOT_DIFFERENTIABLE("", "RandomUniformLike");
 ONNXTRAIN_NOT_DIFFERENTIABLE("", "RandomNormalLike");
 

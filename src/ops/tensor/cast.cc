@@ -119,7 +119,9 @@ void cast_gradient(GradBuilder& g) {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Cast", kernel_factory<CastKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Cast", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "CastLike", kernel_factory(&cast_like));
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "CastLike", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Cast", cast_gradient);
 ONNXTRAIN_GRADIENT("", "CastLike", cast_gradient);
 

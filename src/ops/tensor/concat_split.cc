@@ -162,7 +162,9 @@ void split_gradient(GradBuilder& g) {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Concat", kernel_factory<ConcatKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Concat", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "Split", kernel_factory<SplitKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Split", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Concat", concat_gradient);
 ONNXTRAIN_GRADIENT("", "Split", split_gradient);
 

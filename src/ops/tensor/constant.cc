@@ -61,6 +61,8 @@ class ConstantOfShapeKernel final : public Kernel {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Constant", kernel_factory<ConstantKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Constant", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "ConstantOfShape", kernel_factory<ConstantOfShapeKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "ConstantOfShape", kBothHalfFloats);
 
 }  // namespace onnxtrain

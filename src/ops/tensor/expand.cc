@@ -47,6 +47,7 @@ void expand_gradient(GradBuilder& g) { g.set_input_grad(0, g.reduce_to_input_sha
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Expand", kernel_factory(&expand));
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Expand", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Expand", expand_gradient);
 
 }  // namespace onnxtrain

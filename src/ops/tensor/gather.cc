@@ -186,6 +186,7 @@ onnx::OpSchema embedding_schema() {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Gather", kernel_factory<GatherKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Gather", kBothHalfFloats);
 ONNXTRAIN_SCHEMA(embedding_schema());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Embedding", kernel_factory<EmbeddingKernel>());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GatherGrad", kernel_factory<GatherGradKernel>());

@@ -189,6 +189,7 @@ void scatter_elements_gradient(GradBuilder& g) {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "GatherElements", kernel_factory<GatherElementsKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "GatherElements", kBothHalfFloats);
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GatherElementsGrad", kernel_factory<GatherElementsGradKernel>());
 ONNXTRAIN_KERNEL("", "ScatterElements", kernel_factory<ScatterElementsKernel>());
 ONNXTRAIN_KERNEL("", "Scatter", kernel_factory<ScatterElementsKernel>());

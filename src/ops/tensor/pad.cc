@@ -219,6 +219,7 @@ void pad_gradient(GradBuilder& g) {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Pad", kernel_factory<PadKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Pad", kBothHalfFloats);
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PadGrad", kernel_factory<PadGradKernel>());
 ONNXTRAIN_GRADIENT("", "Pad", pad_gradient);
 

@@ -140,10 +140,15 @@ void reshape_like_gradient(GradBuilder& g) {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Identity", kernel_factory(&identity));
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Identity", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "Reshape", kernel_factory<ReshapeKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Reshape", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "Flatten", kernel_factory<FlattenKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Flatten", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "Squeeze", kernel_factory<SqueezeKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Squeeze", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "Unsqueeze", kernel_factory<UnsqueezeKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Unsqueeze", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Identity", identity_gradient);
 ONNXTRAIN_GRADIENT("", "Reshape", reshape_like_gradient);
 ONNXTRAIN_GRADIENT("", "Flatten", reshape_like_gradient);

@@ -105,6 +105,7 @@ class CompressKernel final : public Kernel {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "NonZero", kernel_factory(&nonzero));
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "NonZero", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "Compress", kernel_factory<CompressKernel>());
 
 }  // namespace onnxtrain

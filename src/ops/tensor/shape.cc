@@ -31,6 +31,8 @@ void size(KernelContext& ctx) {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Shape", kernel_factory<ShapeKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Shape", kBothHalfFloats);
 ONNXTRAIN_KERNEL("", "Size", kernel_factory(&size));
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Size", kBothHalfFloats);
 
 }  // namespace onnxtrain

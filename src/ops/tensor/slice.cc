@@ -158,6 +158,7 @@ void slice_gradient(GradBuilder& g) {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Slice", kernel_factory<SliceKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Slice", kBothHalfFloats);
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SliceGrad", kernel_factory<SliceGradKernel>());
 ONNXTRAIN_GRADIENT("", "Slice", slice_gradient);
 

@@ -114,6 +114,7 @@ onnx::OpSchema split_guard_schema() {
 
 ONNXTRAIN_SCHEMA(split_guard_schema());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SplitGuard", kernel_factory<SplitGuardKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "SplitGuard", kBothHalfFloats);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "SplitGuard", split_guard_gradient);
 
 }  // namespace onnxtrain

@@ -134,6 +134,7 @@ void tile_gradient(GradBuilder& g) {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Tile", kernel_factory<TileKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Tile", kBothHalfFloats);
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "TileGrad", kernel_factory(&tile_grad));
 ONNXTRAIN_GRADIENT("", "Tile", tile_gradient);
 

@@ -152,9 +152,10 @@ class TransposeKernel final : public Kernel {
       return;
     }
     Tensor& y = ctx.allocate_output(0, x.dtype(), shape);
-    dispatch_all(x.dtype(), "Transpose", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      permute<T>(ctx.threads(), x.data<T>(), x.shape(), perm, y.data<T>());
+    dispatch_by_width(x.dtype(), "Transpose", [&](auto tag) {
+      using Bits = typename decltype(tag)::type;
+      permute<Bits>(ctx.threads(), static_cast<const Bits*>(x.raw_data()), x.shape(), perm,
+                    static_cast<Bits*>(y.raw_data()));
     });
   }
 
@@ -177,6 +178,7 @@ void transpose_gradient(GradBuilder& g) {
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "Transpose", kernel_factory<TransposeKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Transpose", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Transpose", transpose_gradient);
 
 }  // namespace onnxtrain

@@ -212,8 +212,25 @@ def _detach(g, x):
     return g.op(f"{DOMAIN}::StopGradient", x)
 
 
+@sh.parse_args("v", "i", "i", "v", "v")
+def _diff(g, x, n, dim, prepend, append):
+    """torch.diff (HF's masks since transformers 5 call it on position ids): prepend and append
+    joined along dim, then n times the difference of neighbours (xor for bool, as torch)."""
+    parts = [v for v in (prepend, x, append) if not sh._is_none(v)]
+    if len(parts) > 1:
+        x = g.op("Concat", *parts, axis_i=dim)
+    const = lambda values: g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
+    axes, boolean = const([dim]), symbolics_int_random._dtype(x) == torch.bool
+    for _ in range(n):
+        later = g.op("Slice", x, const([1]), const([2**63 - 1]), axes)
+        earlier = g.op("Slice", x, const([0]), const([-1]), axes)
+        x = g.op("Xor" if boolean else "Sub", later, earlier)
+    return x
+
+
 _SYMBOLICS = {
     "aten::detach": _detach,
+    "aten::diff": _diff,
     "aten::relu6": _relu6,
     "aten::hardtanh": _hardtanh,
     "aten::max_unpool2d": _max_unpool,

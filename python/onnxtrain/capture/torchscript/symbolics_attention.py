@@ -1,13 +1,18 @@
-"""scaled_dot_product_attention for the TorchScript exporter of torch 2.0 to 2.4 (merged into
-_symbolics' table there; later torch exports it right itself):
+"""scaled_dot_product_attention for the TorchScript exporter of every torch 2.x (merged into
+_symbolics' table), in place of torch's own, which:
 
-- an explicit scale (HF's ViT, T5 and most attention code pass one) reaches torch's symbolic as a
-  Python float, which it cannot make a constant of ("z_(): incompatible function arguments");
-- dropout_p > 0 becomes an inference-mode Dropout, which drops nothing, while eager drops whatever
-  the module's mode (the engine's Dropout draws it here, in training mode).
+- in torch 2.0 to 2.4 cannot make a constant of an explicit scale (HF's ViT, T5 and most attention
+  code pass one as a Python float: "z_(): incompatible function arguments");
+- in torch 2.5 and later casts such a scale to a bfloat16 query's type with ONNX type 15
+  (complex128: c10's number for bfloat16), so BERT under bfloat16 autocast failed to export;
+- makes dropout_p > 0 an inference-mode Dropout, which drops nothing, while eager drops whatever
+  the module's mode (the engine's Dropout draws it here, in training mode);
+- scales both Q and K^T by sqrt(scale): two elementwise passes and their gradients, and two
+  roundings in a 16-bit type, where one Mul scales the product.
 
 softmax(Q K^T * scale + mask) V, with a bool mask as 0 / -inf (a row with nothing to attend to is
-NaN, as eager's is in these torch versions) and is_causal as the lower-left triangle of L x S.
+NaN, as eager's is in these torch versions) and is_causal as the lower-left triangle of L x S. With enable_gqa, each key and value head serves as many
+query heads in a row (torch's repeat_interleave over the head dim).
 """
 import math
 
@@ -37,16 +42,35 @@ def _causal_mask(g, query, key):
                 g.op("Unsqueeze", rows, _constant(g, [1], torch.int64)))
 
 
+def _shared_heads(g, x, query, rank):
+    """x [..., H, S, E] with each of its H heads repeated for Hq / H query heads in a row: x gets a
+    repeat axis after its heads, is expanded along it and merged back into the head axis."""
+    heads, query_heads = _dim(g, x, -3), _dim(g, query, -3)
+    repeats = g.op("Div", query_heads, heads)
+    widened = g.op("Unsqueeze", x, _constant(g, [rank - 2], torch.int64))
+    leading = g.op("Slice", g.op("Shape", x), _constant(g, [0], torch.int64), _constant(g, [rank - 2], torch.int64))
+    trailing = g.op("Slice", g.op("Shape", x), _constant(g, [rank - 2], torch.int64), _constant(g, [rank], torch.int64))
+    expanded = g.op("Expand", widened, g.op("Concat", leading, repeats, trailing, axis_i=0))
+    merged_shape = g.op("Concat", g.op("Slice", g.op("Shape", x), _constant(g, [0], torch.int64),
+                                       _constant(g, [rank - 3], torch.int64)), query_heads, trailing, axis_i=0)
+    return g.op("Reshape", expanded, merged_shape)
+
+
 def _scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                  scale=None):
+                                  scale=None, enable_gqa=False):
     dropout = sh._maybe_get_const(dropout_p, "f")
     causal = sh._maybe_get_const(is_causal, "b")
-    if not isinstance(dropout, float) or not isinstance(causal, (bool, int)):
-        raise torch_onnx.SymbolicValueError("scaled_dot_product_attention: dropout_p and is_causal must be constants",
-                                            query)
+    gqa = sh._maybe_get_const(enable_gqa, "b") if not isinstance(enable_gqa, bool) else enable_gqa
+    if not isinstance(dropout, float) or not isinstance(causal, (bool, int)) or not isinstance(gqa, (bool, int)):
+        raise torch_onnx.SymbolicValueError(
+            "scaled_dot_product_attention: dropout_p, is_causal and enable_gqa must be constants", query)
     rank = sh._get_tensor_rank(key)
     if rank is None:
         raise torch_onnx.SymbolicValueError("scaled_dot_product_attention: the key's rank is unknown", key)
+    if gqa:
+        if rank < 3:
+            raise torch_onnx.SymbolicValueError("scaled_dot_product_attention: enable_gqa needs a head axis", key)
+        key, value = _shared_heads(g, key, query, rank), _shared_heads(g, value, query, rank)
     dtype = _dtype(query) or torch.float32
     perm = list(range(rank))
     perm[-1], perm[-2] = perm[-2], perm[-1]
@@ -72,10 +96,9 @@ def _scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_
     return g.op("MatMul", weights, value)
 
 
-def _needed():
-    """torch 2.0 to 2.4: the versions with the symbolic above's faults (2.5 added enable_gqa)."""
-    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2] if p.isdigit())
-    return (2, 0) <= version < (2, 5)
+def _has_attention():
+    """torch 2.0 and later (1.13 has no scaled_dot_product_attention)."""
+    return hasattr(torch.nn.functional, "scaled_dot_product_attention")
 
 
-SYMBOLICS = {"aten::scaled_dot_product_attention": _scaled_dot_product_attention} if _needed() else {}
+SYMBOLICS = {"aten::scaled_dot_product_attention": _scaled_dot_product_attention} if _has_attention() else {}

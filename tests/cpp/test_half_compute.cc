@@ -1,0 +1,71 @@
+// 16-bit floats in the executor (runtime/half_compute.h): ops that handle a 16-bit type say so in
+// their own registration; every other op's 16-bit inputs are widened to float32, and each output
+// is rounded back to the 16-bit type unless its schema type follows a float32 input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/half.h"
+#include "ops/registry.h"
+#include "session/training_session.h"
+
+namespace onnxtrain {
+namespace {
+
+Tensor bfloat16_tensor(const TensorShape& shape, const std::vector<float>& values) {
+  Tensor t = Tensor::empty(DType::BFloat16, shape);
+  for (size_t i = 0; i < values.size(); ++i) t.data<BHalf>()[i] = float_to_bfloat16(values[i]);
+  return t;
+}
+
+TEST(HalfCompute, TheOpsOwnRecordSaysWhichTypesItsKernelHandles) {
+  const auto& registry = OpRegistry::instance();
+  EXPECT_TRUE(registry.computes_natively("", "Transpose", DType::BFloat16));
+  EXPECT_TRUE(registry.computes_natively("", "Cast", DType::Float16));
+  EXPECT_FALSE(registry.computes_natively("", "Relu", DType::BFloat16));
+  EXPECT_FALSE(registry.computes_natively("", "MatMul", DType::Float16));
+}
+
+// Under autocast a BatchNorm sees a bfloat16 X (a convolution's output) with float32 statistics:
+// Y follows X and is rounded to bfloat16, the running statistics follow the float32 mean and var
+// and stay float32. The statistics are left undeclared here, so shape inference cannot type the
+// outputs and the schema's type constraints (T for X and Y, T2 for the statistics) must decide.
+TEST(HalfCompute, AnOutputWhoseSchemaTypeFollowsAFloat32InputStaysFloat32) {
+  Graph g;
+  g.inputs = {"x", "scale", "bias", "mean", "var"};
+  g.outputs = {"y", "running_mean", "running_var"};
+  g.value_info["x"] = {DType::BFloat16, std::vector<Dim>{{4, ""}, {2, ""}}};
+  g.add_node(Node{"bn", "BatchNormalization", "", {"x", "scale", "bias", "mean", "var"},
+                  {"y", "running_mean", "running_var"},
+                  {{"training_mode", Attribute::of_int(1)}, {"momentum", Attribute::of_float(0.5f)}}});
+  InferenceSession session(g);
+  const std::vector<float> xs = {1, 10, 2, 20, 3, 30, 4, 40};
+  const auto out = session.run({bfloat16_tensor({4, 2}, xs), Tensor::from_vector<float>({1, 1}, {2}),
+                                Tensor::from_vector<float>({0, 0}, {2}), Tensor::from_vector<float>({0, 0}, {2}),
+                                Tensor::from_vector<float>({1, 1}, {2})},
+                               0);
+  EXPECT_EQ(out[0].dtype(), DType::BFloat16);
+  ASSERT_EQ(out[1].dtype(), DType::Float32);
+  ASSERT_EQ(out[2].dtype(), DType::Float32);
+  // momentum 0.5: half the old mean (0) plus half the batch mean (2.5 and 25).
+  EXPECT_FLOAT_EQ(out[1].data<float>()[0], 1.25f);
+  EXPECT_FLOAT_EQ(out[1].data<float>()[1], 12.5f);
+  // y = (x - mean) / sqrt(var + eps): the first channel's first value, -1.5 / sqrt(1.25).
+  EXPECT_NEAR(bfloat16_to_float(out[0].data<BHalf>()[0]), -1.5 / std::sqrt(1.25 + 1e-5), 1e-2);
+}
+
+TEST(HalfCompute, AWidenedOpRoundsItsOutputBackToTheInputsType) {
+  Graph g;
+  g.inputs = {"x"};
+  g.outputs = {"y"};
+  g.value_info["x"] = {DType::BFloat16, std::vector<Dim>{{3, ""}}};
+  g.add_node(Node{"r", "Relu", "", {"x"}, {"y"}, {}});
+  InferenceSession session(g);
+  const auto out = session.run({bfloat16_tensor({3}, {-1.0f, 0.5f, 3.0f})}, 0);
+  ASSERT_EQ(out[0].dtype(), DType::BFloat16);
+  EXPECT_EQ(bfloat16_to_float(out[0].data<BHalf>()[0]), 0.0f);
+  EXPECT_EQ(bfloat16_to_float(out[0].data<BHalf>()[2]), 3.0f);
+}
+
+}  // namespace
+}  // namespace onnxtrain
