@@ -67,6 +67,7 @@ void reduce_prod_grad(KernelContext& ctx) {
     const T* py = y.data<T>();
     T* pdx = dx.data<T>();
     const int64_t n = x.numel();
+    if (n == 0) return;  // an empty X has an empty gradient (and its reduced groups hold nothing)
     bool any_zero = false;
     for (int64_t i = 0; i < n; ++i) any_zero = any_zero || px[i] == T(0);
     const GroupOffsets groups = group_offsets(x.shape(), reduce);
