@@ -118,7 +118,16 @@ inline float float_from_bits(uint32_t b) {
 
 inline Half float_to_half(float f) { return {half_detail::narrow<8, 23, 5, 10>(half_detail::float_bits(f))}; }
 inline Half double_to_half(double d) { return {half_detail::narrow<11, 52, 5, 10>(half_detail::double_bits(d))}; }
-inline BHalf float_to_bfloat16(float f) { return {half_detail::narrow<8, 23, 8, 7>(half_detail::float_bits(f))}; }
+// bfloat16 is float32's top half, so rounding to nearest even is one add on the bits (subnormals
+// and the carry into infinity included); a NaN keeps its top payload bits and gets the quiet bit,
+// as narrow<> gives. Branch-free, so loops over it vectorize.
+inline BHalf float_to_bfloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return {static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
+}
 inline BHalf double_to_bfloat16(double d) { return {half_detail::narrow<11, 52, 8, 7>(half_detail::double_bits(d))}; }
 
 inline float half_to_float(Half h) { return half_detail::float_from_bits(half_detail::widen_to_float_bits<5, 10>(h.bits)); }

@@ -11,6 +11,13 @@
 #include "runtime/openmp.h"
 #include "runtime/thread_pool.h"
 
+// oneDNN's bfloat16 GEMM, row-major as dnnl_sgemm, exported by libdnnl but left out of its 2.6
+// public header.
+extern "C" dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t m, dnnl_dim_t n,
+                                                 dnnl_dim_t k, float alpha, const onnxtrain::BHalf* a,
+                                                 dnnl_dim_t lda, const onnxtrain::BHalf* b, dnnl_dim_t ldb,
+                                                 float beta, float* c, dnnl_dim_t ldc);
+
 namespace onnxtrain {
 namespace {
 
@@ -55,11 +62,17 @@ void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
               (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
-}  // namespace
+void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const BHalf* a, int64_t lda,
+               const BHalf* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  SingleThreadedOpenMP one_thread;
+  dnnl_status_t status = dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  OT_CHECK(status == dnnl_success, "oneDNN bfloat16 GEMM failed with status ", static_cast<int>(status), " for ", m,
+           "x", n, "x", k);
+}
 
-template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-          const T* b, int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool& pool) {
+template <typename In, typename T>
+void split_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const In* a, int64_t lda,
+                const In* b, int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool& pool) {
   if (m == 0 || n == 0) return;
   ensure_single_threaded_blas();
   if (k == 0) {
@@ -78,16 +91,40 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
   if (m >= n) {
     int64_t grain = std::max<int64_t>(16, (m + threads - 1) / threads);
     pool.parallel_for(m, grain, [&](int64_t r0, int64_t r1) {
-      const T* a_part = trans_a ? a + r0 : a + r0 * lda;
+      const In* a_part = trans_a ? a + r0 : a + r0 * lda;
       blas_call(trans_a, trans_b, r1 - r0, n, k, alpha, a_part, lda, b, ldb, beta, c + r0 * ldc, ldc);
     });
   } else {
     int64_t grain = std::max<int64_t>(16, (n + threads - 1) / threads);
     pool.parallel_for(n, grain, [&](int64_t c0, int64_t c1) {
-      const T* b_part = trans_b ? b + c0 * ldb : b + c0;
+      const In* b_part = trans_b ? b + c0 * ldb : b + c0;
       blas_call(trans_a, trans_b, m, c1 - c0, k, alpha, a, lda, b_part, ldb, beta, c + c0, ldc);
     });
   }
+}
+
+}  // namespace
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool& pool) {
+  split_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BHalf* a, int64_t lda,
+          const BHalf* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
+  split_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
+}
+
+bool bfloat16_gemm_available() {
+  static const bool available = [] {
+    if (dnnl_get_effective_cpu_isa() < dnnl_cpu_isa_avx512_core) return false;
+    const BHalf one{0x3f80};
+    float c = 0;
+    SingleThreadedOpenMP one_thread;
+    return dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) == dnnl_success && c == 1.0f;
+  }();
+  return available;
 }
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,

@@ -3,6 +3,8 @@
 // its threads and each part runs in single-threaded OpenBLAS.
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace onnxtrain {
 
 class ThreadPool;
@@ -11,5 +13,14 @@ class ThreadPool;
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool& pool);
+
+// The same over bfloat16 operands, accumulated in float32 into a float32 C (one rounding when the
+// caller narrows C): oneDNN's bfloat16 GEMM, which picks AMX, AVX512_BF16 or an AVX-512 emulation
+// by itself. Only where bfloat16_gemm_available(); elsewhere the caller widens to float32.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BHalf* a, int64_t lda,
+          const BHalf* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool);
+
+// Whether oneDNN runs bfloat16 GEMMs on this CPU (AVX-512 or later, within ONEDNN_MAX_CPU_ISA).
+bool bfloat16_gemm_available();
 
 }  // namespace onnxtrain

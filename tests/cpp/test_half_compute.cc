@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 
 #include "core/half.h"
 #include "ops/registry.h"
@@ -16,6 +18,31 @@ Tensor bfloat16_tensor(const TensorShape& shape, const std::vector<float>& value
   Tensor t = Tensor::empty(DType::BFloat16, shape);
   for (size_t i = 0; i < values.size(); ++i) t.data<BHalf>()[i] = float_to_bfloat16(values[i]);
   return t;
+}
+
+// The bit-arithmetic rounding to bfloat16 gives what the generic narrowing gives: on every
+// exponent with random mantissas, on the ties, subnormals, the largest finite values, infinities
+// and NaNs.
+TEST(HalfCompute, FastBfloat16RoundingEqualsTheGenericNarrowing) {
+  std::mt19937 gen(7);
+  std::vector<uint32_t> patterns;
+  for (uint32_t exponent = 0; exponent < 256; ++exponent)
+    for (int i = 0; i < 4000; ++i) {
+      const uint32_t sign = static_cast<uint32_t>(gen() & 1u) << 31;
+      uint32_t mantissa = gen() & 0x7fffffu;
+      if (i % 4 == 1) mantissa = (mantissa & ~0xffffu) | 0x8000u;  // a tie
+      if (i % 4 == 2) mantissa = (mantissa | 0xffffu);             // just below a carry
+      patterns.push_back(sign | (exponent << 23) | mantissa);
+    }
+  for (uint32_t special : {0x7f7fffffu, 0x7f7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu,
+                           0x00000001u, 0x00008000u, 0x00018000u, 0x007fffffu, 0x80000000u})
+    patterns.push_back(special);
+  for (uint32_t bits : patterns) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    const uint16_t generic = half_detail::narrow<8, 23, 8, 7>(bits);
+    ASSERT_EQ(float_to_bfloat16(f).bits, generic) << std::hex << "float bits 0x" << bits;
+  }
 }
 
 TEST(HalfCompute, TheOpsOwnRecordSaysWhichTypesItsKernelHandles) {

@@ -3,6 +3,7 @@
 #include "ops/common/elementwise.h"
 #include "ops/registry.h"
 #include "runtime/blas.h"
+#include "runtime/half_convert.h"
 
 namespace onnxtrain {
 namespace {
@@ -25,6 +26,10 @@ class GemmKernel final : public Kernel {
     OT_CHECK(k == kb, "inner dimensions differ: A ", a.str(), (trans_a_ ? "^T" : ""), ", B ", b.str(),
              (trans_b_ ? "^T" : ""));
     Tensor& y = ctx.allocate_output(0, a.dtype(), {m, n});
+    if (a.dtype() == DType::BFloat16) {
+      compute_bfloat16(ctx, a, b, m, n, k, y);
+      return;
+    }
     dispatch_float(a.dtype(), "Gemm", [&](auto tag) {
       using T = typename decltype(tag)::type;
       T* py = y.data<T>();
@@ -47,6 +52,36 @@ class GemmKernel final : public Kernel {
   }
 
  private:
+  // bfloat16 A and B (autocast's linear layers): the product accumulated in float32 on oneDNN's
+  // bfloat16 GEMM (on float32 copies where the CPU has none), C added in float32, rounded once.
+  void compute_bfloat16(KernelContext& ctx, const Tensor& a, const Tensor& b, int64_t m, int64_t n, int64_t k,
+                        Tensor& y) const {
+    Tensor y32 = Tensor::empty(DType::Float32, {m, n});
+    float beta = 0;
+    if (ctx.has_input(2) && beta_ != 0.0f) {
+      const Tensor& c = ctx.input(2);
+      OT_CHECK(c.dtype() == DType::BFloat16 || c.dtype() == DType::Float32, "C has element type ",
+               dtype_name(c.dtype()), ", A has bfloat16");
+      const TensorShape out_shape{m, n};
+      OT_CHECK(broadcast_shapes({c.shape(), out_shape}, "Gemm") == out_shape, "C ", c.str(), " does not broadcast to [",
+               m, "x", n, "]");
+      const Tensor c32 = c.dtype() == DType::Float32 ? c : widened_to_float32(ctx.threads(), c);
+      const float cb = beta_;
+      binary_broadcast(ctx.threads(), c32.data<float>(), c32.shape(), &cb, TensorShape{}, y32.data<float>(), out_shape,
+                       [](float cv, float s) { return cv * s; });
+      beta = 1;
+    }
+    if (bfloat16_gemm_available()) {
+      gemm(trans_a_, trans_b_, m, n, k, alpha_, a.data<BHalf>(), a.dim(1), b.data<BHalf>(), b.dim(1), beta,
+           y32.data<float>(), n, ctx.threads());
+    } else {
+      const Tensor a32 = widened_to_float32(ctx.threads(), a), b32 = widened_to_float32(ctx.threads(), b);
+      gemm<float>(trans_a_, trans_b_, m, n, k, alpha_, a32.data<float>(), a.dim(1), b32.data<float>(), b.dim(1), beta,
+                  y32.data<float>(), n, ctx.threads());
+    }
+    round_into(ctx.threads(), y32.data<float>(), y);
+  }
+
   bool trans_a_, trans_b_;
   float alpha_, beta_;
 };
@@ -78,5 +113,7 @@ void gemm_gradient(GradBuilder& g) {
 
 ONNXTRAIN_KERNEL("", "Gemm", kernel_factory<GemmKernel>());
 ONNXTRAIN_GRADIENT("", "Gemm", gemm_gradient);
+// bfloat16 on oneDNN's bfloat16 GEMM (compute_bfloat16); float16 is widened by the executor.
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Gemm", {DType::BFloat16});
 
 }  // namespace onnxtrain

@@ -9,6 +9,7 @@
 #include "ops/common/reduce.h"
 #include "ops/registry.h"
 #include "runtime/blas.h"
+#include "runtime/half_convert.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -51,62 +52,95 @@ TensorShape matmul_shape(const TensorShape& a, const TensorShape& b, bool ta, bo
   return out;
 }
 
+namespace {
+
+// The batched products of In operands into T results (In = T, or bfloat16 into float32), with a
+// bias row (of T values) written into the output first.
+template <typename In, typename T>
+void batched_products(ThreadPool& pool, const MatmulDims& d, bool ta, bool tb, const In* pa, const In* pb, T* pc,
+                      T scale, const T* pbias, int64_t bias_size) {
+  const int64_t lda = ta ? d.m : d.k, ldb = tb ? d.k : d.n;
+  const int64_t batches = d.batch.numel();
+  if (batches == 0 || d.m == 0 || d.n == 0) return;
+  T beta = 0;
+  if (pbias) {
+    const bool row = bias_size == d.n;
+    pool.parallel_for(batches * d.m, std::max<int64_t>(1, 16384 / d.n), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        T* dst = pc + r * d.n;
+        if (row) std::copy(pbias, pbias + d.n, dst);
+        else std::fill(dst, dst + d.n, pbias[0]);
+      }
+    });
+    beta = 1;
+  }
+  // A stack of A's against one B: a single GEMM over all their rows.
+  if (d.b_batch.numel() == 1 && !ta && d.a_batch == d.batch) {
+    gemm(false, tb, batches * d.m, d.n, d.k, scale, pa, lda, pb, ldb, beta, pc, d.n, pool);
+    return;
+  }
+  const auto a_strides = broadcast_strides(d.a_batch, d.batch);
+  const auto b_strides = broadcast_strides(d.b_batch, d.batch);
+  auto one = [&](int64_t i, ThreadPool& inner_pool) {
+    int64_t rem = i, a_off = 0, b_off = 0;
+    for (int dim = d.batch.rank() - 1; dim >= 0; --dim) {
+      int64_t idx = rem % d.batch[dim];
+      rem /= d.batch[dim];
+      a_off += idx * a_strides[dim];
+      b_off += idx * b_strides[dim];
+    }
+    gemm(ta, tb, d.m, d.n, d.k, scale, pa + a_off * d.m * d.k, lda, pb + b_off * d.k * d.n, ldb, beta,
+         pc + i * d.m * d.n, d.n, inner_pool);
+  };
+  // Many small products: one per thread. Few large ones: let each GEMM split itself.
+  if (2.0 * d.m * d.n * d.k < 4e6 && batches > 1) {
+    pool.parallel_for(batches, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) one(i, pool);
+    });
+  } else {
+    for (int64_t i = 0; i < batches; ++i) one(i, pool);
+  }
+}
+
+// bfloat16 operands (autocast's products): accumulated in float32 and rounded once, as eager's
+// oneDNN matmul does; on oneDNN's bfloat16 GEMM where the CPU has one, on float32 copies elsewhere.
+void matmul_bfloat16(ThreadPool& pool, const MatmulDims& d, const Tensor& a, const Tensor& b, bool ta, bool tb,
+                     double alpha, Tensor& out, const Tensor* bias) {
+  // A float32 `out` (a gradient's scratch, summed before it is rounded) takes the sums as they are.
+  Tensor product = out.dtype() == DType::Float32 ? out : Tensor::empty(DType::Float32, out.shape());
+  Tensor bias32;
+  if (bias) bias32 = bias->dtype() == DType::Float32 ? *bias : widened_to_float32(pool, *bias);
+  const float* pbias = bias ? bias32.data<float>() : nullptr;
+  const int64_t bias_size = bias ? bias->dim(0) : 0;
+  if (bfloat16_gemm_available()) {
+    batched_products(pool, d, ta, tb, a.data<BHalf>(), b.data<BHalf>(), product.data<float>(),
+                     static_cast<float>(alpha), pbias, bias_size);
+  } else {
+    const Tensor a32 = widened_to_float32(pool, a), b32 = widened_to_float32(pool, b);
+    batched_products(pool, d, ta, tb, a32.data<float>(), b32.data<float>(), product.data<float>(),
+                     static_cast<float>(alpha), pbias, bias_size);
+  }
+  if (out.dtype() == DType::BFloat16) round_into(pool, product.data<float>(), out);
+}
+
+}  // namespace
+
 void matmul(ThreadPool& pool, const Tensor& a, const Tensor& b, bool ta, bool tb, double alpha, Tensor& out,
             const Tensor* bias) {
   MatmulDims d = matmul_dims(a.shape(), b.shape(), ta, tb, "MatMul");
   OT_CHECK(a.dtype() == b.dtype(), "MatMul: operands have different element types: ", a.str(), " and ", b.str());
   if (bias)
-    OT_CHECK(bias->dtype() == a.dtype() && bias->rank() == 1 && !d.b_vector &&
-                 (bias->dim(0) == d.n || bias->dim(0) == 1),
+    OT_CHECK((bias->dtype() == a.dtype() || (a.dtype() == DType::BFloat16 && bias->dtype() == DType::Float32)) &&
+                 bias->rank() == 1 && !d.b_vector && (bias->dim(0) == d.n || bias->dim(0) == 1),
              "FusedMatMul: bias ", bias->str(), " is not a row of the ", out.str(), " product");
-  const int64_t lda = ta ? d.m : d.k, ldb = tb ? d.k : d.n;
+  if (a.dtype() == DType::BFloat16) {
+    matmul_bfloat16(pool, d, a, b, ta, tb, alpha, out, bias);
+    return;
+  }
   dispatch_float(a.dtype(), "MatMul", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    T* pc = out.data<T>();
-    const T scale = static_cast<T>(alpha);
-    const int64_t batches = d.batch.numel();
-    if (batches == 0 || d.m == 0 || d.n == 0) return;
-    T beta = 0;
-    if (bias) {
-      const T* pbias = bias->data<T>();
-      const bool row = bias->dim(0) == d.n;
-      pool.parallel_for(batches * d.m, std::max<int64_t>(1, 16384 / d.n), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          T* dst = pc + r * d.n;
-          if (row) std::copy(pbias, pbias + d.n, dst);
-          else std::fill(dst, dst + d.n, pbias[0]);
-        }
-      });
-      beta = 1;
-    }
-    // A stack of A's against one B: a single GEMM over all their rows.
-    if (d.b_batch.numel() == 1 && !ta && d.a_batch == d.batch) {
-      gemm<T>(false, tb, batches * d.m, d.n, d.k, scale, pa, lda, pb, ldb, beta, pc, d.n, pool);
-      return;
-    }
-    const auto a_strides = broadcast_strides(d.a_batch, d.batch);
-    const auto b_strides = broadcast_strides(d.b_batch, d.batch);
-    auto one = [&](int64_t i, ThreadPool& inner_pool) {
-      int64_t rem = i, a_off = 0, b_off = 0;
-      for (int dim = d.batch.rank() - 1; dim >= 0; --dim) {
-        int64_t idx = rem % d.batch[dim];
-        rem /= d.batch[dim];
-        a_off += idx * a_strides[dim];
-        b_off += idx * b_strides[dim];
-      }
-      gemm<T>(ta, tb, d.m, d.n, d.k, scale, pa + a_off * d.m * d.k, lda, pb + b_off * d.k * d.n, ldb, beta,
-              pc + i * d.m * d.n, d.n, inner_pool);
-    };
-    // Many small products: one per thread. Few large ones: let each GEMM split itself.
-    if (2.0 * d.m * d.n * d.k < 4e6 && batches > 1) {
-      pool.parallel_for(batches, 1, [&](int64_t b0, int64_t b1) {
-        for (int64_t i = b0; i < b1; ++i) one(i, pool);
-      });
-    } else {
-      for (int64_t i = 0; i < batches; ++i) one(i, pool);
-    }
+    batched_products(pool, d, ta, tb, a.data<T>(), b.data<T>(), out.data<T>(), static_cast<T>(alpha),
+                     bias ? bias->data<T>() : nullptr, bias ? bias->dim(0) : 0);
   });
 }
 
@@ -206,6 +240,13 @@ class MatMulGradKernel final : public Kernel {
       return;
     }
     if (try_flattened(ctx, *x, *y, tx, ty, mine, out)) return;
+    if (dy.dtype() == DType::BFloat16) {  // summed in float32, rounded once
+      Tensor products = Tensor::empty(DType::Float32, full), sums = Tensor::empty(DType::Float32, mine);
+      matmul(ctx.threads(), *x, *y, tx, ty, alpha_, products);
+      sum_batch_into<float>(ctx.threads(), products.data<float>(), full, mine, sums.data<float>());
+      round_into(ctx.threads(), sums.data<float>(), out);
+      return;
+    }
     dispatch_float(dy.dtype(), "MatMul gradient", [&](auto tag) {
       using T = typename decltype(tag)::type;
       Tensor scratch(dy.dtype(), full, ctx.scratch(static_cast<size_t>(full.numel()) * sizeof(T)));
@@ -257,6 +298,11 @@ ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MatMulGradB", [](const KernelInfo& info) -> 
   return std::make_unique<MatMulGradKernel>(info, false);
 });
 ONNXTRAIN_GRADIENT("", "MatMul", matmul_gradient);
+// bfloat16 products on oneDNN's bfloat16 GEMM (matmul_bfloat16); float16 is widened by the executor.
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "MatMul", {DType::BFloat16});
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "FusedMatMul", {DType::BFloat16});
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "MatMulGradA", {DType::BFloat16});
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "MatMulGradB", {DType::BFloat16});
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "FusedMatMul", matmul_gradient);
 
 }  // namespace onnxtrain
