@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <random>
 
 #include "core/half.h"
 #include "ops/registry.h"
+#include "runtime/blas.h"
 #include "session/training_session.h"
 
 namespace onnxtrain {
@@ -92,6 +95,70 @@ TEST(HalfCompute, AWidenedOpRoundsItsOutputBackToTheInputsType) {
   ASSERT_EQ(out[0].dtype(), DType::BFloat16);
   EXPECT_EQ(bfloat16_to_float(out[0].data<BHalf>()[0]), 0.0f);
   EXPECT_EQ(bfloat16_to_float(out[0].data<BHalf>()[2]), 3.0f);
+}
+
+Tensor random_bfloat16(const TensorShape& shape, std::mt19937& gen) {
+  std::normal_distribution<float> normal;
+  std::vector<float> values(static_cast<size_t>(shape.numel()));
+  for (float& v : values) v = normal(gen);
+  return bfloat16_tensor(shape, values);
+}
+
+// One bfloat16 step apart at most: both accumulate the exact products of bfloat16 values in
+// float32, in different orders, and round once.
+void expect_within_one_bfloat16_step(const Tensor& actual, const std::vector<double>& exact, const char* what) {
+  ASSERT_EQ(actual.dtype(), DType::BFloat16) << what;
+  ASSERT_EQ(static_cast<size_t>(actual.numel()), exact.size()) << what;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    const double got = bfloat16_to_float(actual.data<BHalf>()[i]);
+    const double step = std::ldexp(1.0, std::ilogb(exact[i] == 0 ? 1e-30 : exact[i]) - 7);
+    EXPECT_LE(std::fabs(got - exact[i]), step) << what << " element " << i << ": " << got << " against " << exact[i];
+  }
+}
+
+// MatMul (batched, broadcast B) and Gemm (transposed B, a float32 C row) on bfloat16 operands,
+// against the products computed in double from the same bfloat16 values.
+TEST(HalfCompute, BfloatProductsRoundTheFloat32AccumulationOnce) {
+  // Capped to AVX2 (ctest's half_compute_avx2), the products must take the float32 path.
+  if (const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA"); cap && std::string(cap) == "AVX2") {
+    EXPECT_FALSE(bfloat16_gemm_available());
+  }
+  std::mt19937 gen(3);
+  const Tensor a = random_bfloat16({2, 3, 37}, gen), b = random_bfloat16({37, 5}, gen);
+  Graph g;
+  g.inputs = {"a", "b"};
+  g.outputs = {"y"};
+  g.value_info["a"] = {DType::BFloat16, std::vector<Dim>{{2, ""}, {3, ""}, {37, ""}}};
+  g.value_info["b"] = {DType::BFloat16, std::vector<Dim>{{37, ""}, {5, ""}}};
+  g.add_node(Node{"mm", "MatMul", "", {"a", "b"}, {"y"}, {}});
+  const Tensor y = InferenceSession(g).run({a, b}, 0)[0];
+  std::vector<double> exact(30, 0.0);
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 5; ++c)
+      for (int k = 0; k < 37; ++k)
+        exact[static_cast<size_t>(r * 5 + c)] += double(bfloat16_to_float(a.data<BHalf>()[r * 37 + k])) *
+                                                 bfloat16_to_float(b.data<BHalf>()[k * 5 + c]);
+  expect_within_one_bfloat16_step(y, exact, "MatMul");
+
+  const Tensor x = random_bfloat16({4, 19}, gen), w = random_bfloat16({6, 19}, gen);
+  const Tensor bias = Tensor::from_vector<float>({0.5f, -1, 2, 0, 0.25f, 3}, {6});
+  Graph h;
+  h.inputs = {"x", "w", "bias"};
+  h.outputs = {"y"};
+  h.value_info["x"] = {DType::BFloat16, std::vector<Dim>{{4, ""}, {19, ""}}};
+  h.value_info["w"] = {DType::BFloat16, std::vector<Dim>{{6, ""}, {19, ""}}};
+  h.value_info["bias"] = {DType::Float32, std::vector<Dim>{{6, ""}}};
+  h.add_node(Node{"gemm", "Gemm", "", {"x", "w", "bias"}, {"y"}, {{"transB", Attribute::of_int(1)}}});
+  const Tensor z = InferenceSession(h).run({x, w, bias}, 0)[0];
+  std::vector<double> exact_gemm(24, 0.0);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 6; ++c) {
+      double sum = bias.data<float>()[c];
+      for (int k = 0; k < 19; ++k)
+        sum += double(bfloat16_to_float(x.data<BHalf>()[r * 19 + k])) * bfloat16_to_float(w.data<BHalf>()[c * 19 + k]);
+      exact_gemm[static_cast<size_t>(r * 6 + c)] = sum;
+    }
+  expect_within_one_bfloat16_step(z, exact_gemm, "Gemm");
 }
 
 }  // namespace
