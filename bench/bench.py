@@ -142,7 +142,12 @@ def run_peak(args):
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     torch.mm(a, b)
     best = min(_timed(lambda: torch.mm(a, b)) for _ in range(5))
+    # The bfloat16 GEMM peak (oneDNN through PyTorch): the limit of the bfloat16 contenders' steps.
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    torch.mm(a16, b16)
+    best16 = min(_timed(lambda: torch.mm(a16, b16)) for _ in range(5))
     print("RESULT " + json.dumps(dict(torch=2 * 2048 ** 3 / best / 1e9, engine=onnxtrain._C.sgemm_gflops(2048, 5),
+                                      bfloat16=2 * 2048 ** 3 / best16 / 1e9,
                                       torch_version=torch.__version__.split("+")[0])))
 
 
@@ -292,7 +297,8 @@ def _summarize(row, flops, peaks, args):
         for c, rs in runs.items():
             row["step"][f"{c}@{threads}"] = _spread([med(r) for r in rs])
             if flops:
-                row["pct_limit"][f"{c}@{threads}"] = flops / (peaks[threads] * 1e9) / row["step"][f"{c}@{threads}"]["median"]
+                peak = peaks[threads] if contenders.precision(c) == "float32" else peaks["bfloat16"][threads]
+                row["pct_limit"][f"{c}@{threads}"] = flops / (peak * 1e9) / row["step"][f"{c}@{threads}"]["median"]
             if threads == 1:
                 row["first"][c] = statistics.median(r["first"] for r in rs)
                 row["rss"][c] = statistics.median(r["rss_mb"] for r in rs)
@@ -300,12 +306,15 @@ def _summarize(row, flops, peaks, args):
                 if "gemm_gflops" in rs[0]:
                     row["gemm_gflops"] = rs[0]["gemm_gflops"]
                     row["gemm_efficiency"] = rs[0]["gemm_gflops"] / peaks[1]
-        their = contenders.peers(list(runs))
         rounds = min([len(runs[c]) for c in runs] or [0])
         for c in [c for c in runs if contenders.is_ours(c)]:
+            their = contenders.peers(list(runs), like=c)  # a bfloat16 contender against bfloat16 peers
             if their and rounds:
                 row["ratio"][f"{c}@{threads}"] = _spread([
                     med(runs[c][i]) / min(med(runs[p][i]) for p in their) for i in range(rounds)])
+                row.setdefault("fastest_peer_of", {})[f"{c}@{threads}"] = min(
+                    their, key=lambda p: row["step"][f"{p}@{threads}"]["median"])
+        their = contenders.peers(list(runs))
         if their:
             row.setdefault("fastest_peer", {})[threads] = min(their, key=lambda p: row["step"][f"{p}@{threads}"]["median"])
 
@@ -318,10 +327,11 @@ def misses(rows):
         for key, ratio in r.get("ratio", {}).items():
             c, threads = key.split("@")
             if ratio["median"] > STEP_TARGET:
-                out.append(f"{name} {c} {threads}t: step {ratio['median']:.2f} x {r['fastest_peer'][int(threads)]}'s "
+                fastest = r.get("fastest_peer_of", {}).get(key) or r["fastest_peer"][int(threads)]
+                out.append(f"{name} {c} {threads}t: step {ratio['median']:.2f} x {fastest}'s "
                            f"> {STEP_TARGET}")
-        their = [c for c in contenders.peers(list(r["first"]))]
         for c in [c for c in r["first"] if contenders.is_ours(c)]:
+            their = contenders.peers(list(r["first"]), like=c)
             if their:
                 fastest = min(their, key=lambda p: r["first"][p])
                 if r["first"][c] > FIRST_STEP_TARGET * r["first"][fastest]:
@@ -331,8 +341,8 @@ def misses(rows):
                 if r["rss"][c] > r["rss"][leanest]:
                     out.append(f"{name} {c}: peak RSS {r['rss'][c]:.0f} MB > {leanest}'s {r['rss'][leanest]:.0f} MB")
         diffs = r.get("loss_diff", {})
-        eager_noise = min([d for c, d in diffs.items() if not contenders.is_ours(c)] or [0.0])
         for c in [c for c in diffs if contenders.is_ours(c)]:
+            eager_noise = min([diffs[p] for p in contenders.peers(list(diffs), like=c)] or [0.0])
             if diffs[c] > max(LOSS_RTOL, LOSS_NOISE_FACTOR * eager_noise):
                 out.append(f"{name} {c}: losses {diffs[c]:.1e} from float64 over {r['agreement_steps']} steps, "
                            f"the closest peer's {eager_noise:.1e}")
@@ -352,7 +362,8 @@ def orchestrate(args):
     unknown = [n for n in names if n not in models.ZOO]
     if unknown:
         sys.exit(f"unknown models {unknown}; the zoo has {list(models.ZOO)}")
-    args.contenders = args.contenders.split(",") if args.contenders else list(contenders.DEFAULT)
+    args.contenders = (list(contenders.BFLOAT16) if args.contenders == "bf16" else
+                       args.contenders.split(",") if args.contenders else list(contenders.DEFAULT))
     unknown = [c for c in args.contenders if c not in contenders.CONTENDERS]
     if unknown:
         sys.exit(f"unknown contenders {unknown}; there are {list(contenders.CONTENDERS)}")
@@ -369,12 +380,14 @@ def orchestrate(args):
     args.thread_counts = [int(t) for t in args.threads_list.split(",")]
     if args.threads_list != "1,2" and args.check:
         sys.exit("--check needs both thread counts")
-    peaks = {}
+    peaks = {"bfloat16": {}}
     for threads in args.thread_counts:
         p = _spawn(contenders.interpreter(args.contenders[0]), "peak", threads, [])
         peaks[threads] = max(p["torch"], p["engine"])
+        peaks["bfloat16"][threads] = p["bfloat16"]
         print(f"[bench] sgemm peak at {threads} thread(s): {peaks[threads]:.0f} GFLOP/s "
-              f"(PyTorch {p['torch_version']} {p['torch']:.0f}, engine {p['engine']:.0f})", flush=True)
+              f"(PyTorch {p['torch_version']} {p['torch']:.0f}, engine {p['engine']:.0f}); bfloat16 GEMM peak "
+              f"{p['bfloat16']:.0f} GFLOP/s", flush=True)
     rows = [measure_model(name, args, peaks) for name in names]
     if args.thread_counts != [1, 2]:  # a quick look: no table, no README
         return
@@ -526,7 +539,7 @@ def stored_rows(machine, names):
             with open(path) as f:
                 stored = json.load(f)
         if stored and stored["meta"]["machine"] == machine and stored["meta"]["contenders"] == list(names):
-            stored["meta"]["peaks"] = {int(k): v for k, v in stored["meta"]["peaks"].items()}
+            stored["meta"]["peaks"] = {(k if k == "bfloat16" else int(k)): v for k, v in stored["meta"]["peaks"].items()}
             row = stored["row"]
             row["fastest_peer"] = {int(k): v for k, v in row.get("fastest_peer", {}).items()}  # JSON keys are strings
             found.append(stored)

@@ -27,19 +27,36 @@ CONTENDERS = {
     # The same engine through onnxtrain.TrainStep: forward, backward and the update in one call.
     "onnxtrain-step-1.13": ("system", "onnxtrain_step"),
     "onnxtrain-step-2.15": (NEWEST_TORCH, "onnxtrain_step"),
+    # Under torch.autocast("cpu", dtype=torch.bfloat16) (AUTOCAST): what a CPU user who wants speed
+    # trains with, each judged against the bfloat16 peers only.
+    "eager-bf16-2.15": (NEWEST_TORCH, "eager"),
+    "compile-bf16-2.15": (NEWEST_TORCH, "compile"),
+    "compile-max-autotune-bf16-2.15": (NEWEST_TORCH, "compile_max_autotune"),
+    f"ort-{ORT_VERSION}-bf16": ("ort", "ort"),
+    "onnxtrain-bf16-2.15": (NEWEST_TORCH, "onnxtrain"),
+    "onnxtrain-step-bf16-2.15": (NEWEST_TORCH, "onnxtrain_step"),
     "eager-current": ("current", "eager"),
     "onnxtrain-current": ("current", "onnxtrain"),
     "onnxtrain-step-current": ("current", "onnxtrain_step"),
 }
-DEFAULT = [name for name, (environment, _) in CONTENDERS.items() if environment != "current"]
+AUTOCAST = {name: "bfloat16" for name in CONTENDERS if "-bf16" in name}
+DEFAULT = [name for name, (environment, _) in CONTENDERS.items() if environment != "current" and name not in AUTOCAST]
+# bench/run --contenders bf16: every bfloat16 contender.
+BFLOAT16 = [name for name in CONTENDERS if name in AUTOCAST]
 
 
 def is_ours(name):
     return CONTENDERS[name][1] in ("onnxtrain", "onnxtrain_step")
 
 
-def peers(names):
-    return [n for n in names if not is_ours(n)]
+def precision(name):
+    """The dtype autocast computes the contender's products in; float32 without autocast."""
+    return AUTOCAST.get(name, "float32")
+
+
+def peers(names, like=None):
+    """The contenders among `names` that are not onnxtrain; with `like`, those of its precision."""
+    return [n for n in names if not is_ours(n) and (like is None or precision(n) == precision(like))]
 
 
 _interpreters = {}
@@ -98,15 +115,34 @@ def train_step(name, model, optimizer):
     PyTorch loop, or onnxtrain.TrainStep's one engine call."""
     if name in CONTENDERS and CONTENDERS[name][1] == "onnxtrain_step":
         import onnxtrain
-        return onnxtrain.TrainStep(model, optimizer)
+        step = onnxtrain.TrainStep(model, optimizer)
+    else:
+        def step(*batch):
+            optimizer.zero_grad(set_to_none=True)
+            loss = _forward(name, model, batch)
+            loss.backward()
+            optimizer.step()
+            return loss
+        return step
+    if name not in AUTOCAST:
+        return step
 
-    def step(*batch):
-        optimizer.zero_grad(set_to_none=True)
-        loss = model(*batch)
-        loss.backward()
-        optimizer.step()
-        return loss
-    return step
+    def under_autocast(*batch):  # TrainStep's forward (and export) runs inside the call
+        import torch
+        with torch.autocast("cpu", dtype=getattr(torch, AUTOCAST[name])):
+            return step(*batch)
+    under_autocast.whole_steps_of = step
+    return under_autocast
+
+
+def _forward(name, model, batch):
+    """The loss, under autocast for a bfloat16 contender (the backward runs outside it, as in
+    PyTorch's recipe)."""
+    if name not in AUTOCAST:
+        return model(*batch)
+    import torch
+    with torch.autocast("cpu", dtype=getattr(torch, AUTOCAST[name])):
+        return model(*batch)
 
 
 def _give_ort_sessions_torchs_threads(threads):
@@ -142,6 +178,7 @@ def evidence(name, model, step):
         return {}
     if kind == "onnxtrain_step":
         assert model.fallback_reason is None, model.fallback_reason
+        step = getattr(step, "whole_steps_of", step)
         assert step.whole_steps > 0, "onnxtrain.TrainStep ran no step as one engine call"
         return dict(whole_steps=step.whole_steps)
     if kind.startswith("compile"):
