@@ -18,6 +18,12 @@ contender's median step.
   bench/run                               # the whole zoo (hours)
   bench/run --models mlp_small,cnn        # a subset
   bench/run --contenders eager-1.13,onnxtrain-1.13 --quick   # a quick look
+  bench/run --models bert_base --contenders bf16 --quick     # under bfloat16 autocast
+
+The bfloat16 contenders (contenders.BFLOAT16) train under torch.autocast("cpu", dtype=bfloat16);
+onnxtrain's are judged against the bfloat16 peers only, and their limit is the bfloat16 GEMM peak
+(PyTorch's 2048^3 bfloat16 product, measured beside the sgemm peak). Their rows are never stored
+for the README's table, which is float32's.
 
 A run by the README's method (every contender, the zoo's steps, 3+ rounds, no --quick) stores
 each model's row in bench/results/rows/ and rewrites README.md's table from every stored row of
