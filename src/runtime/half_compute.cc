@@ -5,6 +5,7 @@
 
 #include "core/half.h"
 #include "ops/registry.h"
+#include "runtime/half_convert.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -12,25 +13,6 @@ namespace onnxtrain {
 namespace {
 
 bool is_16bit_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
-
-constexpr int64_t kConvertGrain = 1 << 16;
-
-Tensor widened(ThreadPool& pool, const Tensor& t) {
-  Tensor out = Tensor::empty(DType::Float32, t.shape());
-  float* o = out.data<float>();
-  if (t.dtype() == DType::Float16) {
-    const Half* in = t.data<Half>();
-    pool.parallel_for(t.numel(), kConvertGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) o[i] = half_to_float(in[i]);
-    });
-  } else {
-    const BHalf* in = t.data<BHalf>();
-    pool.parallel_for(t.numel(), kConvertGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) o[i] = bfloat16_to_float(in[i]);
-    });
-  }
-  return out;
-}
 
 // Rounds a float32 tensor to `to` in its own buffer: element i's 2 bytes land below element
 // i's 4, so no element is overwritten before it is read (the loop runs in order, unsplit).
@@ -82,7 +64,7 @@ void compute_with_16bit_floats_widened(RunState& state, const CompiledNode& cn, 
     Tensor& slot = state.values[static_cast<size_t>(id)];
     if (!is_16bit_float(slot.dtype())) continue;  // also skips an input listed twice, already swapped
     originals.emplace_back(id, slot);
-    slot = widened(state.pool, slot);
+    slot = widened_to_float32(state.pool, slot);
   }
   auto restore = [&] {
     for (auto& [id, t] : originals) state.values[static_cast<size_t>(id)] = std::move(t);
