@@ -11,8 +11,8 @@
 namespace onnxtrain {
 namespace {
 
-// For each output of n, the first input whose formal parameter has the same type constraint
-// ("T2") in n's schema; -1 where none does, or n has no schema.
+// For each output of n, the first input given (not omitted) whose formal parameter has the same
+// type constraint ("T2") in n's schema; -1 where none does, or n has no schema.
 std::vector<int> output_type_sources(const Node& n, int opset) {
   std::vector<int> sources(n.outputs.size(), -1);
   const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type, opset, n.domain);
@@ -22,7 +22,7 @@ std::vector<int> output_type_sources(const Node& n, int opset) {
   for (size_t o = 0; o < n.outputs.size(); ++o) {
     const std::string& constraint = outs[std::min(o, outs.size() - 1)].GetTypeStr();
     for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (ins[std::min(i, ins.size() - 1)].GetTypeStr() == constraint) {
+      if (!n.inputs[i].empty() && ins[std::min(i, ins.size() - 1)].GetTypeStr() == constraint) {
         sources[o] = static_cast<int>(i);
         break;
       }
