@@ -48,8 +48,21 @@ def float_mask(length, seed, blind_row=None):
     return mask
 
 
+TORCH_2 = int(torch.__version__.split(".")[0]) >= 2
+# On torch 2.x both captures export attention: torch.export through translations_attention.py, and
+# TorchScript (under autocast, or named) through onnxtrain's own symbolic (symbolics_attention.py).
+CAPTURES = ["default"] + (["torchscript"] if TORCH_2 else [])
+
+
+@pytest.fixture(params=CAPTURES)
+def capture(request, monkeypatch):
+    if request.param != "default":
+        monkeypatch.setenv("ONNXTRAIN_CAPTURE", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("form", ["none", "bool", "float", "causal", "scale", "bool_blind_row", "float_blind_row"])
-def test_attention_trains_as_eager(form):
+def test_attention_trains_as_eager(form, capture):
     torch.manual_seed(0)
     module = SelfAttention(causal=form == "causal", scale=0.3 if form == "scale" else None)
     masks = {"bool": lambda s: bool_mask(7, s), "float": lambda s: float_mask(7, s),
@@ -82,7 +95,7 @@ class GroupedQueryAttention(nn.Module):
 
 @pytest.mark.skipif(tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 5),
                     reason="enable_gqa came with torch 2.5")
-def test_grouped_query_attention_trains_as_eager():
+def test_grouped_query_attention_trains_as_eager(capture):
     torch.manual_seed(0)
     train_and_compare(GroupedQueryAttention(), lambda step: ((randn(2, 5, 16, seed=step),), None), steps=3,
                       input_grad=True)

@@ -11,7 +11,7 @@ _symbolics' table), in place of torch's own, which:
   roundings in a 16-bit type, where one Mul scales the product.
 
 softmax(Q K^T * scale + mask) V, with a bool mask as 0 / -inf (a row with nothing to attend to is
-NaN, as eager's is in these torch versions) and is_causal as the lower-left triangle of L x S. With enable_gqa, each key and value head serves as many
+NaN in torch 2.0 to 2.4 and zero weights from 2.5 on, as eager's) and is_causal as the lower-left triangle of L x S. With enable_gqa, each key and value head serves as many
 query heads in a row (torch's repeat_interleave over the head dim).
 """
 import math
@@ -60,7 +60,7 @@ def _scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_
                                   scale=None, enable_gqa=False):
     dropout = sh._maybe_get_const(dropout_p, "f")
     causal = sh._maybe_get_const(is_causal, "b")
-    gqa = sh._maybe_get_const(enable_gqa, "b") if not isinstance(enable_gqa, bool) else enable_gqa
+    gqa = sh._maybe_get_const(enable_gqa, "b")
     if not isinstance(dropout, float) or not isinstance(causal, (bool, int)) or not isinstance(gqa, (bool, int)):
         raise torch_onnx.SymbolicValueError(
             "scaled_dot_product_attention: dropout_p, is_causal and enable_gqa must be constants", query)
@@ -89,11 +89,26 @@ def _scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_
         if causal or _dtype(attn_mask) == torch.bool:
             attn_mask = g.op("Where", attn_mask, _constant(g, 0.0, dtype), _constant(g, -math.inf, dtype))
         scores = g.op("Add", scores, attn_mask)
-    weights = g.op("Softmax", scores, axis_i=-1)
+    if not sh._is_none(attn_mask) and not causal and _zeroes_rows_that_see_nothing():
+        # torch 2.5 and later give a query position that the mask lets see no key (its scores all
+        # -inf) zero weights and a zero gradient, where the softmax of such a row is NaN each way:
+        # the softmax runs on zeros there and its result is zeroed. A NaN score still propagates.
+        zero, lowest = _constant(g, 0.0, dtype), _constant(g, -math.inf, dtype)
+        sees_nothing = g.op("Equal", g.op("ReduceMax", scores, axes_i=[-1], keepdims_i=1), lowest)
+        weights = g.op("Where", sees_nothing, zero,
+                       g.op("Softmax", g.op("Where", sees_nothing, zero, scores), axis_i=-1))
+    else:
+        weights = g.op("Softmax", scores, axis_i=-1)
     if dropout > 0:
         # With its mask output, which the engine's Dropout gradient reads.
         weights, _ = g.op("Dropout", weights, _constant(g, dropout), _constant(g, True, torch.bool), outputs=2)
     return g.op("MatMul", weights, value)
+
+
+def _zeroes_rows_that_see_nothing():
+    """Eager's scaled_dot_product_attention since torch 2.5 (2.0 to 2.4 give such a row NaN)."""
+    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2] if p.isdigit())
+    return version >= (2, 5)
 
 
 def _has_attention():
