@@ -3,7 +3,9 @@
 //   ConvGradX(dY, W, shape(X)) -> dX    adjoint of the convolution (GEMM + col2im)
 //   ConvGradW(dY, X, shape(W)) -> dW    dY x im2col(X)^T, summed over the batch
 //   ConvGradB(dY)              -> dB    dY summed over batch and space
-// They take Conv's own attributes and resolve the same geometry from the shapes.
+// They take Conv's own attributes and resolve the same geometry from the shapes. bfloat16 runs on
+// oneDNN's bfloat16 kernels where the CPU has them, else widened to float32; either way the sums
+// are float32 and each output is rounded once.
 #include <algorithm>
 
 #include "autodiff/grad_builder.h"
@@ -11,10 +13,46 @@
 #include "ops/nn/conv_depthwise.h"
 #include "ops/nn/conv_onednn.h"
 #include "ops/registry.h"
+#include "runtime/half_convert.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
 namespace {
+
+// The float32 and float64 forward: depthwise blocks, oneDNN, or im2col + GEMM.
+void conv_forward(KernelContext& ctx, const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor* b,
+                  Tensor& y) {
+  if (is_depthwise(g)) {
+    dispatch_float(x.dtype(), "Conv", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      depthwise_forward<T>(ctx, g, x.data<T>(), w.data<T>(), b ? b->data<T>() : nullptr, y.data<T>());
+    });
+    return;
+  }
+  if (x.dtype() == DType::Float32 && onednn_conv_forward(ctx, g, ConvElements::Float32, x.raw_data(), w.raw_data(),
+                                                         b ? b->data<float>() : nullptr, y.raw_data()))
+    return;
+  dispatch_float(x.dtype(), "Conv", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv_image_to_cols<T>(ctx, g, x.data<T>(), w.data<T>(), b ? b->data<T>() : nullptr, y.data<T>());
+  });
+}
+
+// bfloat16 on oneDNN's bfloat16 kernels where the CPU has them; elsewhere (or for a geometry they
+// lack) widened to float32 and rounded once.
+void conv_forward_bfloat16(KernelContext& ctx, const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                           const Tensor* b, Tensor& y) {
+  ThreadPool& pool = ctx.threads();
+  Tensor b32;
+  if (b) b32 = widened_to_float32(pool, *b);
+  const float* bias = b ? b32.data<float>() : nullptr;
+  if (onednn_bfloat16_convolutions_native() &&
+      onednn_conv_forward(ctx, g, ConvElements::BFloat16, x.raw_data(), w.raw_data(), bias, y.raw_data()))
+    return;
+  Tensor y32 = Tensor::empty(DType::Float32, y.shape());
+  conv_forward(ctx, g, widened_to_float32(pool, x), widened_to_float32(pool, w), b ? &b32 : nullptr, y32);
+  round_into(pool, y32.data<float>(), y);
+}
 
 class ConvKernel final : public Kernel {
  public:
@@ -31,25 +69,44 @@ class ConvKernel final : public Kernel {
                " must be 1-D with one value per output channel (", g.col_channels, ")");
     }
     Tensor& y = ctx.allocate_output(0, x.dtype(), g.col_shape());
-    if (is_depthwise(g)) {
-      dispatch_float(x.dtype(), "Conv", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        depthwise_forward<T>(ctx, g, x.data<T>(), w.data<T>(), b ? b->data<T>() : nullptr, y.data<T>());
-      });
-      return;
-    }
-    if (x.dtype() == DType::Float32 &&
-        onednn_conv_forward(ctx, g, x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr, y.data<float>()))
-      return;
-    dispatch_float(x.dtype(), "Conv", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      conv_image_to_cols<T>(ctx, g, x.data<T>(), w.data<T>(), b ? b->data<T>() : nullptr, y.data<T>());
-    });
+    if (x.dtype() == DType::BFloat16)
+      conv_forward_bfloat16(ctx, g, x, w, b, y);
+    else
+      conv_forward(ctx, g, x, w, b, y);
   }
 
  private:
   SpatialAttrs attrs_;
 };
+
+void conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  if (is_depthwise(g)) {
+    dispatch_float(dy.dtype(), "ConvGradX", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      depthwise_backward_data<T>(ctx, g, dy.data<T>(), w.data<T>(), dx.data<T>());
+    });
+    return;
+  }
+  // oneDNN's data gradient is slow with a single input channel; im2col is not.
+  if (dy.dtype() == DType::Float32 && g.image_channels / g.group > 1 &&
+      onednn_conv_backward_data(ctx, g, ConvElements::Float32, dy.raw_data(), w.raw_data(), dx.raw_data()))
+    return;
+  dispatch_float(dy.dtype(), "ConvGradX", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv_cols_to_image<T>(ctx, g, dy.data<T>(), w.data<T>(), nullptr, dx.data<T>());
+  });
+}
+
+void conv_backward_data_bfloat16(KernelContext& ctx, const ConvGeometry& g, const Tensor& dy, const Tensor& w,
+                                 Tensor& dx) {
+  if (onednn_bfloat16_convolutions_native() && g.image_channels / g.group > 1 &&
+      onednn_conv_backward_data(ctx, g, ConvElements::BFloat16, dy.raw_data(), w.raw_data(), dx.raw_data()))
+    return;
+  ThreadPool& pool = ctx.threads();
+  Tensor dx32 = Tensor::empty(DType::Float32, dx.shape());
+  conv_backward_data(ctx, g, widened_to_float32(pool, dy), widened_to_float32(pool, w), dx32);
+  round_into(pool, dx32.data<float>(), dx);
+}
 
 // Inputs: dY, W, shape(X).
 class ConvGradXKernel final : public Kernel {
@@ -62,26 +119,43 @@ class ConvGradXKernel final : public Kernel {
     const ConvGeometry g = conv_geometry(attrs_, shape_input(ctx, 2, "shape of X"), w.shape());
     OT_CHECK(dy.shape() == g.col_shape(), "dY ", dy.str(), " does not have Conv's output shape ", g.col_shape().str());
     Tensor& dx = ctx.allocate_output(0, dy.dtype(), g.image_shape());
-    if (is_depthwise(g)) {
-      dispatch_float(dy.dtype(), "ConvGradX", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        depthwise_backward_data<T>(ctx, g, dy.data<T>(), w.data<T>(), dx.data<T>());
-      });
-      return;
-    }
-    // oneDNN's data gradient is slow with a single input channel; im2col is not.
-    if (dy.dtype() == DType::Float32 && g.image_channels / g.group > 1 &&
-        onednn_conv_backward_data(ctx, g, dy.data<float>(), w.data<float>(), dx.data<float>()))
-      return;
-    dispatch_float(dy.dtype(), "ConvGradX", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      conv_cols_to_image<T>(ctx, g, dy.data<T>(), w.data<T>(), nullptr, dx.data<T>());
-    });
+    if (dy.dtype() == DType::BFloat16)
+      conv_backward_data_bfloat16(ctx, g, dy, w, dx);
+    else
+      conv_backward_data(ctx, g, dy, w, dx);
   }
 
  private:
   SpatialAttrs attrs_;
 };
+
+void conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, const Tensor& x, const Tensor& dy, Tensor& dw) {
+  if (is_depthwise(g)) {
+    dispatch_float(dy.dtype(), "ConvGradW", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      depthwise_backward_weights<T>(ctx, g, x.data<T>(), dy.data<T>(), dw.data<T>());
+    });
+    return;
+  }
+  if (dy.dtype() == DType::Float32 &&
+      onednn_conv_backward_weights(ctx, g, ConvElements::Float32, x.raw_data(), dy.raw_data(), dw.data<float>()))
+    return;
+  dispatch_float(dy.dtype(), "ConvGradW", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv_weight_grad<T>(ctx, g, x.data<T>(), dy.data<T>(), dw.data<T>());
+  });
+}
+
+// The weight gradient sums over the batch in float32 and is rounded once.
+void conv_backward_weights_bfloat16(KernelContext& ctx, const ConvGeometry& g, const Tensor& x, const Tensor& dy,
+                                    Tensor& dw) {
+  ThreadPool& pool = ctx.threads();
+  Tensor dw32 = Tensor::empty(DType::Float32, dw.shape());
+  if (!onednn_bfloat16_convolutions_native() ||
+      !onednn_conv_backward_weights(ctx, g, ConvElements::BFloat16, x.raw_data(), dy.raw_data(), dw32.data<float>()))
+    conv_backward_weights(ctx, g, widened_to_float32(pool, x), widened_to_float32(pool, dy), dw32);
+  round_into(pool, dw32.data<float>(), dw);
+}
 
 // Inputs: dY, X, shape(W).
 class ConvGradWKernel final : public Kernel {
@@ -94,20 +168,10 @@ class ConvGradWKernel final : public Kernel {
     const ConvGeometry g = conv_geometry(attrs_, x.shape(), shape_input(ctx, 2, "shape of W"));
     OT_CHECK(dy.shape() == g.col_shape(), "dY ", dy.str(), " does not have Conv's output shape ", g.col_shape().str());
     Tensor& dw = ctx.allocate_output(0, dy.dtype(), g.weight_shape());
-    if (is_depthwise(g)) {
-      dispatch_float(dy.dtype(), "ConvGradW", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        depthwise_backward_weights<T>(ctx, g, x.data<T>(), dy.data<T>(), dw.data<T>());
-      });
-      return;
-    }
-    if (dy.dtype() == DType::Float32 &&
-        onednn_conv_backward_weights(ctx, g, x.data<float>(), dy.data<float>(), dw.data<float>()))
-      return;
-    dispatch_float(dy.dtype(), "ConvGradW", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      conv_weight_grad<T>(ctx, g, x.data<T>(), dy.data<T>(), dw.data<T>());
-    });
+    if (dy.dtype() == DType::BFloat16)
+      conv_backward_weights_bfloat16(ctx, g, x, dy, dw);
+    else
+      conv_backward_weights(ctx, g, x, dy, dw);
   }
 
  private:
@@ -159,6 +223,11 @@ ONNXTRAIN_KERNEL("", "Conv", kernel_factory<ConvKernel>());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvGradX", kernel_factory<ConvGradXKernel>());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvGradW", kernel_factory<ConvGradWKernel>());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvGradB", kernel_factory(&conv_grad_b));
+// bfloat16 on oneDNN's bfloat16 convolutions where the CPU has them (conv_*_bfloat16 above);
+// float16 is widened by the executor.
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Conv", {DType::BFloat16});
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "ConvGradX", {DType::BFloat16});
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "ConvGradW", {DType::BFloat16});
 ONNXTRAIN_GRADIENT("", "Conv", conv_gradient);
 
 }  // namespace onnxtrain

@@ -60,8 +60,13 @@ memory::dims spatial_of(const std::array<int64_t, kMaxSpatial>& v, int n, int64_
   return d;
 }
 
-memory::desc plain(const memory::dims& d, tag t) { return memory::desc(d, memory::data_type::f32, t); }
-memory::desc any(const memory::dims& d) { return memory::desc(d, memory::data_type::f32, tag::any); }
+using dt = memory::data_type;
+
+dt data_type_of(ConvElements e) { return e == ConvElements::BFloat16 ? dt::bf16 : dt::f32; }
+size_t element_bytes(ConvElements e) { return e == ConvElements::BFloat16 ? 2 : 4; }
+
+memory::desc plain(const memory::dims& d, dt type, tag t) { return memory::desc(d, type, t); }
+memory::desc any(const memory::dims& d, dt type) { return memory::desc(d, type, tag::any); }
 
 tag data_tag(int spatial) { return spatial == 1 ? tag::ncw : spatial == 2 ? tag::nchw : tag::ncdhw; }
 tag weight_tag(int spatial, bool grouped) {
@@ -114,33 +119,39 @@ std::vector<WeightSlice> weight_slices(const memory::desc& user, const memory::d
 }
 
 // `col_stride`: the channels of the tensor the column side (Y, dY) is a channel slice of (0: its
-// own; ConvGradW splits a large weight gradient's output channels among threads).
-Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias, int64_t threads, int64_t col_stride) {
+// own; ConvGradW splits a large weight gradient's output channels among threads). Images, weights
+// and their gradients are of `elements`, except the weight gradient and the bias: float32 always
+// (the weight gradient is summed over chunks of the batch before it is rounded).
+Plan build_plan(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t batch, bool bias, int64_t threads,
+                int64_t col_stride) {
   Plan p;
+  const dt data = data_type_of(elements);
+  const dt weights = pass == Pass::BackwardWeights ? dt::f32 : data;
   const int n = g.spatial;
   const bool grouped = g.group > 1;
   const memory::dims src = dims_of({batch, g.image_channels}, g.in, n);
   const memory::dims dst = dims_of({batch, g.col_channels}, g.out, n);
   memory::dims wei = grouped ? dims_of({g.group, g.col_channels / g.group, g.image_channels / g.group}, g.kernel, n)
                              : dims_of({g.col_channels, g.image_channels}, g.kernel, n);
-  p.src_user = plain(src, data_tag(n));
-  p.dst_user = plain(dst, data_tag(n));
+  p.src_user = plain(src, data, data_tag(n));
+  p.dst_user = plain(dst, data, data_tag(n));
   if (col_stride > g.col_channels) {
     memory::dims strides(dst.size(), 1);
     for (size_t i = dst.size() - 1; i > 0; --i) strides[i - 1] = strides[i] * dst[i];
     strides[0] = col_stride * strides[1];
-    p.dst_user = memory::desc(dst, memory::data_type::f32, strides);
+    p.dst_user = memory::desc(dst, data, strides);
   }
-  p.wei_user = plain(wei, weight_tag(n, grouped));
-  p.bias_user = plain({g.col_channels}, tag::x);
+  p.wei_user = plain(wei, weights, weight_tag(n, grouped));
+  p.bias_user = plain({g.col_channels}, dt::f32, tag::x);
   const memory::dims strides = spatial_of(g.stride, n), dilates = spatial_of(g.dilation, n, 1);
   const memory::dims pad_l = spatial_of(g.pad_begin, n), pad_r = spatial_of(g.pad_end, n);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const memory::desc no_bias;
   dnnl::convolution_forward::primitive_desc fwd(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(src),
-                                      any(wei), bias ? p.bias_user : no_bias, any(dst), strides, dilates, pad_l, pad_r),
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                      any(src, data), any(wei, data), bias ? p.bias_user : no_bias, any(dst, data),
+                                      strides, dilates, pad_l, pad_r),
       attr, cpu_engine());
   std::string impl;
   if (pass == Pass::Forward) {
@@ -156,7 +167,8 @@ Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias, int6
     p.dst_out = reorder_if_needed(p.dst, p.dst_user);
   } else if (pass == Pass::BackwardData) {
     dnnl::convolution_backward_data::primitive_desc bwd(
-        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(src), any(wei), any(dst),
+        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(src, data), any(wei, data),
+                                              any(dst, data),
                                               strides, dilates, pad_l, pad_r),
         attr, cpu_engine(), fwd);
     impl = bwd.impl_info_str();
@@ -171,7 +183,8 @@ Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias, int6
     p.src_out = reorder_if_needed(p.src, p.src_user);
   } else {
     dnnl::convolution_backward_weights::primitive_desc bwd(
-        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(src), any(wei), any(dst),
+        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(src, data),
+                                                 any(wei, weights), any(dst, data),
                                                  strides, dilates, pad_l, pad_r),
         attr, cpu_engine(), fwd);
     impl = bwd.impl_info_str();
@@ -190,12 +203,12 @@ Plan build_plan(const ConvGeometry& g, Pass pass, int64_t batch, bool bias, int6
 
 // Plans by geometry, pass, batch size and thread count: building one JIT-compiles kernels
 // (milliseconds), so it happens once per shape and every later step reuses it.
-const Plan& plan_for(const ConvGeometry& g, Pass pass, int64_t batch, bool bias, int64_t threads,
-                     int64_t col_stride = 0) {
+const Plan& plan_for(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t batch, bool bias,
+                     int64_t threads, int64_t col_stride = 0) {
   static std::mutex mutex;
   static std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans;
-  std::vector<int64_t> key{static_cast<int64_t>(pass), batch, bias, threads, col_stride, g.spatial, g.image_channels,
-                           g.col_channels, g.group};
+  std::vector<int64_t> key{static_cast<int64_t>(pass), static_cast<int64_t>(elements), batch, bias, threads,
+                           col_stride, g.spatial, g.image_channels, g.col_channels, g.group};
   for (const auto* v : {&g.in, &g.out, &g.kernel, &g.stride, &g.dilation, &g.pad_begin, &g.pad_end})
     key.insert(key.end(), v->begin(), v->end());
   std::lock_guard<std::mutex> lock(mutex);
@@ -203,7 +216,7 @@ const Plan& plan_for(const ConvGeometry& g, Pass pass, int64_t batch, bool bias,
   if (!slot) {
     slot = std::make_unique<Plan>();
     try {
-      *slot = build_plan(g, pass, batch, bias, threads, col_stride);
+      *slot = build_plan(g, pass, elements, batch, bias, threads, col_stride);
     } catch (const dnnl::error&) {
       slot->usable = false;  // oneDNN rejects this geometry: the im2col path handles it
     }
@@ -243,9 +256,9 @@ void run_reorder(const dnnl::primitive& reorder, dnnl::stream& s, const memory& 
 }
 
 // A memory object over `user` data, or over the chunk's blocked buffer filled from it.
-memory bring_in(const dnnl::primitive& reorder, const memory::desc& user, const memory::desc& want, const float* data,
+memory bring_in(const dnnl::primitive& reorder, const memory::desc& user, const memory::desc& want, const char* data,
                 char*& scratch, dnnl::stream& s) {
-  memory user_mem(user, cpu_engine(), const_cast<float*>(data));
+  memory user_mem(user, cpu_engine(), const_cast<char*>(data));
   if (!reorder) return user_mem;
   memory blocked(want, cpu_engine(), scratch);
   scratch += align(want.get_size());
@@ -254,7 +267,7 @@ memory bring_in(const dnnl::primitive& reorder, const memory::desc& user, const 
 }
 
 // A memory object to write into: the user's data, or a blocked buffer reordered out afterwards.
-memory output_buffer(const dnnl::primitive& reorder, const memory::desc& user, const memory::desc& have, float* data,
+memory output_buffer(const dnnl::primitive& reorder, const memory::desc& user, const memory::desc& have, void* data,
                      char*& scratch) {
   if (!reorder) return memory(user, cpu_engine(), data);
   memory blocked(have, cpu_engine(), scratch);
@@ -266,8 +279,8 @@ bool plans_usable(const Plan& a, const Plan& b) { return a.usable && b.usable; }
 
 // The weights as the convolution reads them: the user's, or reordered into `scratch`, each of the
 // plan's slices by one of the pool's threads.
-memory bring_in_weights(ThreadPool& pool, const Plan& p, const float* w, char* scratch) {
-  float* user = const_cast<float*>(w);
+memory bring_in_weights(ThreadPool& pool, const Plan& p, const void* w, char* scratch) {
+  void* user = const_cast<void*>(w);
   if (!p.wei_reorder) return memory(p.wei_user, cpu_engine(), user);
   memory blocked(p.wei, cpu_engine(), scratch);
   if (p.wei_slices.empty()) {
@@ -289,20 +302,28 @@ memory bring_in_weights(ThreadPool& pool, const Plan& p, const float* w, char* s
 
 }  // namespace
 
+bool onednn_bfloat16_convolutions_native() {
+  // The ISA values are bit sets: avx2_vnni is numerically above avx512_core_bf16 but lacks it.
+  static const bool native =
+      (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  return native;
+}
+
 namespace {
 
 // Forward and data gradient share a shape: weights reordered once, then one oneDNN call per chunk
 // of the batch, each in one of the pool's threads. `body(plan, first image, scratch, stream, weights)`
 // runs a chunk. False when oneDNN has no JIT kernel for the geometry.
 template <typename Body>
-bool run_chunked(KernelContext& ctx, const ConvGeometry& g, Pass pass, bool bias, const float* w, Body body) {
+bool run_chunked(KernelContext& ctx, const ConvGeometry& g, Pass pass, ConvElements elements, bool bias, const void* w,
+                 Body body) {
   if (g.batch == 0) return false;  // oneDNN rejects empty batches; im2col handles them
   // oneDNN sizes its work split by the OpenMP thread count when a primitive is created: one.
   SingleThreadedOpenMP one_thread;
   ThreadPool& pool = ctx.threads();
   const Chunks c = split_batch(pool, g.batch);
-  const Plan& full = plan_for(g, pass, c.size, bias, pool.num_threads());
-  const Plan& last = plan_for(g, pass, c.last, bias, pool.num_threads());
+  const Plan& full = plan_for(g, pass, elements, c.size, bias, pool.num_threads());
+  const Plan& last = plan_for(g, pass, elements, c.last, bias, pool.num_threads());
   if (!plans_usable(full, last)) return false;
   const size_t per_chunk = chunk_bytes(full, false), weights = align(full.wei.get_size());
   char* base = static_cast<char*>(ctx.scratch(weights + per_chunk * static_cast<size_t>(c.count)));
@@ -320,10 +341,13 @@ bool run_chunked(KernelContext& ctx, const ConvGeometry& g, Pass pass, bool bias
 
 }  // namespace
 
-bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* w, const float* b,
-                         float* y) {
-  const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
-  return run_chunked(ctx, g, Pass::Forward, b != nullptr, w,
+bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, ConvElements elements, const void* x_data,
+                         const void* w, const float* b, void* y_data) {
+  const int64_t bytes = static_cast<int64_t>(element_bytes(elements));
+  const int64_t x_step = g.image_channels * g.in_size() * bytes, y_step = g.col_channels * g.out_size() * bytes;
+  const char* x = static_cast<const char*>(x_data);
+  char* y = static_cast<char*>(y_data);
+  return run_chunked(ctx, g, Pass::Forward, elements, b != nullptr, w,
                      [&](const Plan& p, int64_t n0, char* scratch, dnnl::stream& s, const memory& wei) {
                        memory src = bring_in(p.src_reorder, p.src_user, p.src, x + n0 * x_step, scratch, s);
                        memory dst = output_buffer(p.dst_out, p.dst_user, p.dst, y + n0 * y_step, scratch);
@@ -336,9 +360,13 @@ bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, const float*
                      });
 }
 
-bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const float* dy, const float* w, float* dx) {
-  const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
-  return run_chunked(ctx, g, Pass::BackwardData, false, w,
+bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, ConvElements elements, const void* dy_data,
+                               const void* w, void* dx_data) {
+  const int64_t bytes = static_cast<int64_t>(element_bytes(elements));
+  const int64_t x_step = g.image_channels * g.in_size() * bytes, y_step = g.col_channels * g.out_size() * bytes;
+  const char* dy = static_cast<const char*>(dy_data);
+  char* dx = static_cast<char*>(dx_data);
+  return run_chunked(ctx, g, Pass::BackwardData, elements, false, w,
                      [&](const Plan& p, int64_t n0, char* scratch, dnnl::stream& s, const memory& wei) {
                        memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy + n0 * y_step, scratch, s);
                        memory diff_src = output_buffer(p.src_out, p.src_user, p.src, dx + n0 * x_step, scratch);
@@ -359,8 +387,8 @@ constexpr int64_t kChannelPart = 16;
 // ConvGradW with each thread computing the weight gradient of its own output channels over the
 // whole batch. Split by images instead, every thread computes (and reorders, and adds) all of dW:
 // for ResNet's 512x512 layers on 4x4 planes, two threads took as long as one.
-bool backward_weights_by_channels(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* dy,
-                                  float* dw) {
+bool backward_weights_by_channels(KernelContext& ctx, const ConvGeometry& g, ConvElements elements, const char* x,
+                                  const char* dy, float* dw) {
   ThreadPool& pool = ctx.threads();
   const int64_t blocks = g.col_channels / kChannelPart, parts = std::min<int64_t>(pool.num_threads(), blocks);
   auto part_geometry = [&](int64_t i, int64_t& first) {
@@ -373,7 +401,8 @@ bool backward_weights_by_channels(KernelContext& ctx, const ConvGeometry& g, con
   size_t per_part = 0;
   for (int64_t i = 0; i < parts; ++i) {
     int64_t first;
-    plans.push_back(&plan_for(part_geometry(i, first), Pass::BackwardWeights, g.batch, false, 1, g.col_channels));
+    plans.push_back(
+        &plan_for(part_geometry(i, first), Pass::BackwardWeights, elements, g.batch, false, 1, g.col_channels));
     if (!plans.back()->usable) return false;
     per_part = std::max(per_part, chunk_bytes(*plans.back(), true));
   }
@@ -389,7 +418,8 @@ bool backward_weights_by_channels(KernelContext& ctx, const ConvGeometry& g, con
       char* scratch = base + per_part * static_cast<size_t>(i);
       float* out = dw + first * weights_per_channel;
       memory src = bring_in(p.src_reorder, p.src_user, p.src, x, scratch, s);
-      memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy + first * g.out_size(), scratch, s);
+      const char* dy_part = dy + first * g.out_size() * static_cast<int64_t>(element_bytes(elements));
+      memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy_part, scratch, s);
       memory diff_wei = output_buffer(p.wei_out, p.wei_user, p.wei, out, scratch);
       memory pad(p.scratchpad, cpu_engine(), scratch);
       p.conv.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_WEIGHTS, diff_wei},
@@ -403,8 +433,10 @@ bool backward_weights_by_channels(KernelContext& ctx, const ConvGeometry& g, con
 
 }  // namespace
 
-bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* dy,
-                                  float* dw) {
+bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, ConvElements elements, const void* x_data,
+                                  const void* dy_data, float* dw) {
+  const char* x = static_cast<const char*>(x_data);
+  const char* dy = static_cast<const char*>(dy_data);
   if (g.batch == 0) return false;  // oneDNN rejects empty batches; im2col handles them
   // oneDNN sizes its work split by the OpenMP thread count when a primitive is created: one.
   SingleThreadedOpenMP one_thread;
@@ -412,15 +444,16 @@ bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, con
   const int64_t weight_numel = g.col_channels * (g.image_channels / g.group) * g.kernel_size();
   if (pool.num_threads() > 1 && g.group == 1 && g.col_channels % kChannelPart == 0 &&
       g.col_channels >= 2 * kChannelPart && weight_numel > g.batch * g.image_channels * g.in_size() &&
-      backward_weights_by_channels(ctx, g, x, dy, dw))
+      backward_weights_by_channels(ctx, g, elements, x, dy, dw))
     return true;
   const Chunks c = split_batch(pool, g.batch);
-  const Plan& full = plan_for(g, Pass::BackwardWeights, c.size, false, pool.num_threads());
-  const Plan& last = plan_for(g, Pass::BackwardWeights, c.last, false, pool.num_threads());
+  const Plan& full = plan_for(g, Pass::BackwardWeights, elements, c.size, false, pool.num_threads());
+  const Plan& last = plan_for(g, Pass::BackwardWeights, elements, c.last, false, pool.num_threads());
   if (!plans_usable(full, last)) return false;
   const size_t per_chunk = chunk_bytes(full, true);
   char* base = static_cast<char*>(ctx.scratch(per_chunk * static_cast<size_t>(c.count)));
-  const int64_t x_step = g.image_channels * g.in_size(), y_step = g.col_channels * g.out_size();
+  const int64_t bytes = static_cast<int64_t>(element_bytes(elements));
+  const int64_t x_step = g.image_channels * g.in_size() * bytes, y_step = g.col_channels * g.out_size() * bytes;
   const int64_t wsize = static_cast<int64_t>(full.wei_user.get_size() / sizeof(float));
   std::vector<float*> partial(static_cast<size_t>(c.count), nullptr);
   pool.parallel_for(c.count, 1, [&](int64_t c0, int64_t c1) {

@@ -1,6 +1,6 @@
 #pragma once
-// float32 convolutions through oneDNN's JIT kernels, which on small images run 2-4x faster than
-// im2col + GEMM. Tensors are reordered between PyTorch's layout (NCHW) and the blocked layouts
+// float32 and bfloat16 convolutions through oneDNN's JIT kernels, which on small images run 2-4x
+// faster than im2col + GEMM. Tensors are reordered between PyTorch's layout (NCHW) and the blocked layouts
 // those kernels want; the batch is split across the engine's pool, one single-threaded oneDNN
 // call per chunk. Each function returns false when oneDNN has no JIT kernel for the geometry (or
 // only its own im2col one), and the caller then takes the im2col path.
@@ -10,10 +10,20 @@ namespace onnxtrain {
 
 class KernelContext;
 
-bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* w, const float* b,
-                         float* y);
-bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, const float* dy, const float* w, float* dx);
-bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, const float* x, const float* dy,
-                                  float* dw);
+// The element type of the images, the weights and their gradients. bfloat16 convolutions
+// accumulate in float32 and round each output once. The bias and the weight gradient are float32
+// in both (the weight gradient is rounded by the caller, after the batch's parts are summed).
+enum class ConvElements { Float32, BFloat16 };
+
+// Whether oneDNN runs bfloat16 convolutions in hardware here (AVX512_BF16 or AMX). Elsewhere it
+// would emulate them, slower than widening to float32, so the caller widens instead.
+bool onednn_bfloat16_convolutions_native();
+
+bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, ConvElements elements, const void* x,
+                         const void* w, const float* b, void* y);
+bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, ConvElements elements, const void* dy,
+                               const void* w, void* dx);
+bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, ConvElements elements, const void* x,
+                                  const void* dy, float* dw);
 
 }  // namespace onnxtrain
