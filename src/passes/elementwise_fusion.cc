@@ -7,7 +7,8 @@
 // before the group starts (so fusing cannot create a cycle). Values of the group that other nodes
 // read, or that are graph outputs, stay outputs of the fused node under their own names. Shapes
 // are not needed here (most are symbolic, many unknown): the kernel checks at run time that the
-// values it must write all have the broadcast shape, and evaluates op by op when not.
+// values it must write all have the broadcast shape, and evaluates op by op when not. On 16-bit
+// floats even a lone op becomes a fused node, which computes on them without float32 copies.
 #include <algorithm>
 #include <map>
 #include <unordered_map>
@@ -26,6 +27,9 @@ struct Group {
   size_t first = 0;
 };
 
+bool is_half_type(DType d) { return d == DType::BFloat16 || d == DType::Float16; }
+bool is_float_type(DType d) { return d == DType::Float32 || d == DType::Float64 || is_half_type(d); }
+
 // The common float type of a node's inputs, or Undefined. Every op the kernel runs keeps its
 // input type, so the outputs of lowered nodes are typed here even where no value info says so.
 DType float_type_of(const Graph& g, const Node& n, const std::unordered_map<std::string, DType>& typed) {
@@ -34,7 +38,7 @@ DType float_type_of(const Graph& g, const Node& n, const std::unordered_map<std:
     auto known = typed.find(v);
     const ValueInfo* vi = g.info(v);
     const DType d = known != typed.end() ? known->second : vi ? vi->dtype : DType::Undefined;
-    if (d != DType::Float32 && d != DType::Float64) return DType::Undefined;
+    if (!is_float_type(d)) return DType::Undefined;
     if (t != DType::Undefined && d != t) return DType::Undefined;
     t = d;
   }
@@ -96,7 +100,9 @@ bool fuse_elementwise(Graph& graph) {
   std::map<size_t, Node> replacement;  // at the last member's position
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const Group& g = groups[gi];
-    if (g.members.size() < 2) continue;
+    // A lone op is worth a fused node only on 16-bit floats: its own kernel would run on float32
+    // copies, the fused one reads and writes the 16-bit values directly.
+    if (g.members.size() < 2 && !is_half_type(g.dtype)) continue;
     Node fusedn;
     fusedn.op_type = "FusedElementwise";
     fusedn.domain = kOnnxTrainDomain;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "core/half.h"
 #include "passes/passes.h"
 #include "tests/cpp/pass_testing.h"
 
@@ -208,6 +209,52 @@ TEST(ElementwiseFusion, KeepsPhasesAndElementTypesApart) {
   EXPECT_EQ(find_op(g, "FusedElementwise")->inputs, (std::vector<std::string>{"d"}));
   EXPECT_EQ(count_ops(g, "Exp"), 1);
   EXPECT_EQ(count_ops(g, "Add"), 1);
+}
+
+// On 16-bit floats a lone op becomes a fused node too: its values are read into float32
+// registers and rounded once when written, where the op's own kernel would run on float32 copies.
+// A chain rounds only its outputs, so it lands within one rounding step of the exact value.
+TEST(ElementwiseFusion, SixteenBitFloatsFuseEvenALoneOpAndRoundOnlyTheOutputs) {
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int mantissa_bits = dtype == DType::BFloat16 ? 7 : 10;
+    Graph g;
+    add_input(g, "x", dtype, {5, 700});
+    add_input(g, "bias", dtype, {700});
+    g.add_node({"relu", "Relu", "", {"x"}, {"r"}, {}});
+    g.add_node({"add", "Add", "", {"x", "bias"}, {"a"}, {}});
+    g.add_node({"gelu", "Gelu", kOnnxTrainDomain, {"a"}, {"y"}, {}});
+    g.outputs = {"r", "y"};
+    g.opsets[kOnnxTrainDomain] = 1;
+    Graph fused = g;
+    EXPECT_TRUE(fuse_elementwise(fused));
+    EXPECT_EQ(count_ops(fused, "FusedElementwise"), 2);
+    EXPECT_EQ(count_ops(fused, "Relu"), 0);
+
+    const Tensor x32 = random_tensor(DType::Float32, {5, 700}, 21, -4, 4);
+    const Tensor bias32 = random_tensor(DType::Float32, {700}, 22, -1, 1);
+    auto narrowed = [&](const Tensor& t) {
+      Tensor out = Tensor::empty(dtype, t.shape());
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        if (dtype == DType::BFloat16) out.data<BHalf>()[i] = float_to_bfloat16(t.data<float>()[i]);
+        else out.data<Half>()[i] = float_to_half(t.data<float>()[i]);
+      }
+      return out;
+    };
+    const Tensor x = narrowed(x32), bias = narrowed(bias32);
+    const auto unfused = InferenceSession(g, false, 0).run({x, bias}, 0);
+    const auto optimized = InferenceSession(g, false, 1).run({x, bias}, 0);
+    ASSERT_EQ(optimized[0].dtype(), dtype);
+    ASSERT_EQ(optimized[1].dtype(), dtype);
+    EXPECT_EQ(max_difference(unfused[0], optimized[0]), 0.0);  // relu rounds nothing
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double a = x.item_as_double(i) + bias.item_as_double(i % 700);
+      const double exact = 0.5 * a * (1 + std::erf(a / std::sqrt(2.0)));
+      const double step = std::ldexp(1.0, std::ilogb(exact == 0 ? 1e-30 : exact) - mantissa_bits);
+      ASSERT_LE(std::fabs(optimized[1].item_as_double(i) - exact), step + 1e-6 * std::fabs(a))
+          << "element " << i << " of gelu(x + bias), x + bias = " << a;
+    }
+  }
 }
 
 TEST(ElementwiseFusion, AnOutputNarrowerThanTheLoopIsComputedAtItsOwnShape) {

@@ -4,7 +4,8 @@
 // only the node's outputs: the intermediates of the chain never reach memory.
 //
 // Each instruction computes exactly what the standalone kernel of its op computes (the same
-// formulas, the same vectorized float32 transcendentals), so fusion changes no result.
+// formulas, the same vectorized float32 transcendentals), so fusion changes no result. 16-bit
+// floats are computed on in float32 registers and rounded once per output, not per instruction.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "ops/fused/elementwise_program.h"
 #include "ops/math/fast_math.h"
 #include "ops/registry.h"
+#include "runtime/half_convert.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -291,20 +293,60 @@ class FusedElementwiseKernel final : public Kernel {
     }
     bool blocked = joint.has_value();
     for (int64_t r : outputs_) blocked = blocked && reg_shapes[static_cast<size_t>(r)] == *joint;
+    // 16-bit floats are read into float32 registers block by block and rounded once when written:
+    // half the memory traffic of float32, and no widened copies.
+    if (dtype == DType::BFloat16) {
+      if (blocked) run_blocked<BHalf, float>(ctx, *joint, shapes);
+      else run_op_by_op_widened(ctx, reg_shapes);
+      return;
+    }
+    if (dtype == DType::Float16) {
+      if (blocked) run_blocked<Half, float>(ctx, *joint, shapes);
+      else run_op_by_op_widened(ctx, reg_shapes);
+      return;
+    }
     dispatch_float(dtype, "FusedElementwise", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if (blocked) run_blocked<T>(ctx, *joint, shapes);
-      else run_op_by_op<T>(ctx, reg_shapes);
+      if (blocked) run_blocked<T, T>(ctx, *joint, shapes);
+      else run_op_by_op<T>(ctx, reg_shapes, ctx_inputs(ctx), dtype, [&](size_t o, const Tensor& r) {
+        ctx.allocate_output(static_cast<int>(o), dtype, r.shape()).copy_from(r);
+      });
     });
   }
 
  private:
-  // Every register materialized at its own shape, operands expanded to it: the general case.
-  template <typename T>
-  void run_op_by_op(KernelContext& ctx, const std::vector<TensorShape>& reg_shapes) const {
-    std::vector<Tensor> regs;
-    for (int64_t i = 0; i < num_inputs_; ++i) regs.push_back(ctx.input(static_cast<int>(i)));
+  static std::vector<Tensor> ctx_inputs(KernelContext& ctx) {
+    std::vector<Tensor> inputs;
+    for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.input(i));
+    return inputs;
+  }
+
+  // The general case on 16-bit floats: float32 copies of the inputs, each output rounded once.
+  void run_op_by_op_widened(KernelContext& ctx, const std::vector<TensorShape>& reg_shapes) const {
+    std::vector<Tensor> inputs;
+    for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(widened_to_float32(ctx.threads(), ctx.input(i)));
     const DType dtype = ctx.input(0).dtype();
+    run_op_by_op<float>(ctx, reg_shapes, inputs, DType::Float32, [&](size_t o, const Tensor& r) {
+      round_into(ctx.threads(), r.data<float>(), ctx.allocate_output(static_cast<int>(o), dtype, r.shape()));
+    });
+  }
+
+  // One value of a 16-bit float type into a float32 register, and back.
+  static float to_register(BHalf v) { return bfloat16_to_float(v); }
+  static float to_register(Half v) { return half_to_float(v); }
+  template <typename T>
+  static T to_register(T v) { return v; }
+  template <typename Storage, typename T>
+  static Storage from_register(T v) {
+    if constexpr (std::is_same_v<Storage, BHalf>) return float_to_bfloat16(v);
+    else if constexpr (std::is_same_v<Storage, Half>) return float_to_half(v);
+    else return v;
+  }
+  // Every register materialized at its own shape, operands expanded to it: the general case.
+  // `write(o, value)` makes output o from its register.
+  template <typename T, typename Write>
+  void run_op_by_op(KernelContext& ctx, const std::vector<TensorShape>& reg_shapes, std::vector<Tensor> regs,
+                    DType dtype, Write write) const {
     for (size_t k = 0; k < ops_.size(); ++k) {
       const Opcode op = static_cast<Opcode>(ops_[k]);
       const TensorShape& shape = reg_shapes[static_cast<size_t>(num_inputs_) + k];
@@ -322,21 +364,21 @@ class FusedElementwiseKernel final : public Kernel {
       run<T>(op, consts_[k], consts2_[k], a.data<T>(), b.defined() ? b.data<T>() : nullptr, out.data<T>(), shape.numel());
       regs.push_back(out);
     }
-    for (size_t o = 0; o < outputs_.size(); ++o) {
-      const Tensor& r = regs[static_cast<size_t>(outputs_[o])];
-      ctx.allocate_output(static_cast<int>(o), dtype, r.shape()).copy_from(r);
-    }
+    for (size_t o = 0; o < outputs_.size(); ++o) write(o, regs[static_cast<size_t>(outputs_[o])]);
   }
 
-  template <typename T>
+  // Values of type `Storage` in memory, computed on in registers of type T.
+  template <typename Storage, typename T>
   void run_blocked(KernelContext& ctx, const TensorShape& shape, const std::vector<TensorShape>& shapes) const {
-    std::vector<T*> out_ptrs;
+    constexpr bool same = std::is_same_v<Storage, T>;
+    std::vector<Storage*> out_ptrs;
     for (size_t o = 0; o < outputs_.size(); ++o)
-      out_ptrs.push_back(ctx.allocate_output(static_cast<int>(o), ctx.input(0).dtype(), shape).template data<T>());
+      out_ptrs.push_back(ctx.allocate_output(static_cast<int>(o), ctx.input(0).dtype(), shape).template data<Storage>());
     const int64_t n = shape.numel();
     if (n == 0) return;
-    std::vector<const T*> in_ptrs;
-    for (int64_t i = 0; i < num_inputs_; ++i) in_ptrs.push_back(ctx.input(static_cast<int>(i)).template data<T>());
+    std::vector<const Storage*> in_ptrs;
+    for (int64_t i = 0; i < num_inputs_; ++i)
+      in_ptrs.push_back(ctx.input(static_cast<int>(i)).template data<Storage>());
     const Walk w = coalesce(shape, shapes);
     const int last = w.rank - 1;
     const int64_t inner = w.rank == 0 ? 1 : w.dims[last];
@@ -360,14 +402,19 @@ class FusedElementwiseKernel final : public Kernel {
         }
         for (int64_t i = 0; i < num_inputs_; ++i) {
           const int64_t stride = w.rank == 0 ? 0 : w.strides[static_cast<size_t>(i) + 1][last];
-          const T* src = in_ptrs[static_cast<size_t>(i)] + off[static_cast<size_t>(i) + 1];
+          const Storage* src = in_ptrs[static_cast<size_t>(i)] + off[static_cast<size_t>(i) + 1];
+          T* dst = storage.data() + static_cast<size_t>(i) * kBlock;
           if (stride == 1) {
-            reg[static_cast<size_t>(i)] = src + b0;
+            if constexpr (same) {
+              reg[static_cast<size_t>(i)] = src + b0;
+              continue;
+            } else {
+              for (int64_t e = 0; e < len; ++e) dst[e] = to_register(src[b0 + e]);
+            }
           } else {  // broadcast along the run: one value, spread over the block
-            T* dst = storage.data() + static_cast<size_t>(i) * kBlock;
-            std::fill(dst, dst + len, src[0]);
-            reg[static_cast<size_t>(i)] = dst;
+            std::fill(dst, dst + len, to_register(src[0]));
           }
+          reg[static_cast<size_t>(i)] = dst;
         }
         for (size_t k = 0; k < ops_.size(); ++k) {
           const size_t r = static_cast<size_t>(num_inputs_) + k;
@@ -377,8 +424,15 @@ class FusedElementwiseKernel final : public Kernel {
                  fused::arity(op) == 2 ? reg[static_cast<size_t>(args_[2 * k + 1])] : nullptr, dst, len);
           reg[r] = dst;
         }
-        for (size_t o = 0; o < outputs_.size(); ++o)
-          std::memcpy(out_ptrs[o] + off[0] + b0, reg[static_cast<size_t>(outputs_[o])], static_cast<size_t>(len) * sizeof(T));
+        for (size_t o = 0; o < outputs_.size(); ++o) {
+          const T* value = reg[static_cast<size_t>(outputs_[o])];
+          Storage* out = out_ptrs[o] + off[0] + b0;
+          if constexpr (same) {
+            std::memcpy(out, value, static_cast<size_t>(len) * sizeof(T));
+          } else {
+            for (int64_t e = 0; e < len; ++e) out[e] = from_register<Storage>(value[e]);
+          }
+        }
       }
     });
   }
@@ -392,5 +446,7 @@ class FusedElementwiseKernel final : public Kernel {
 }  // namespace
 
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "FusedElementwise", kernel_factory<FusedElementwiseKernel>());
+// 16-bit floats in float32 registers (compute above).
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "FusedElementwise", kBothHalfFloats);
 
 }  // namespace onnxtrain
