@@ -22,8 +22,10 @@ contender's median step.
 
 The bfloat16 contenders (contenders.BFLOAT16) train under torch.autocast("cpu", dtype=bfloat16);
 onnxtrain's are judged against the bfloat16 peers only, and their limit is the bfloat16 GEMM peak
-(PyTorch's 2048^3 bfloat16 product, measured beside the sgemm peak). Their rows are never stored
-for the README's table, which is float32's.
+(PyTorch's 2048^3 bfloat16 product, measured beside the sgemm peak). `--contenders bf16` runs them
+with onnxtrain's own float32 beside (each bfloat16 onnxtrain contender's ratio to its float32
+twin); such a run by the method below stores its rows in bench/results/rows-bf16/ and rewrites
+README.md's bfloat16 table (models.BFLOAT16_ZOO), apart from the float32 one.
 
 A run by the README's method (every contender, the zoo's steps, 3+ rounds, no --quick) stores
 each model's row in bench/results/rows/ and rewrites README.md's table from every stored row of
@@ -59,6 +61,10 @@ sys.path.insert(0, HERE)
 STEP_TARGET, FIRST_STEP_TARGET, LOSS_RTOL, MLP_LARGE_GEMM_EFFICIENCY = 0.9, 1.5, 1e-4, 0.9
 LOSS_NOISE_FACTOR, LOSS_FLOOR = 5.0, 1e-3  # relative differences are taken against max(|loss|, LOSS_FLOOR)
 README_BEGIN, README_END = "<!-- bench:begin -->", "<!-- bench:end -->"
+README_BF16_BEGIN, README_BF16_END = "<!-- bench-bf16:begin -->", "<!-- bench-bf16:end -->"
+# Issue 37's target for a bfloat16 onnxtrain contender against its own float32 on the transformer
+# models, by the host's bfloat16 instructions (none: no target).
+OWN_FLOAT32_TARGET = {"amx": 0.5, "avx512_bf16": 0.75}
 
 
 def _threads_env(threads):
@@ -233,7 +239,7 @@ def measure_model(name, args, peaks):
     warmup = args.warmup or entry.get("warmup", 5)
     common = ["--model", name, "--steps", str(steps), "--warmup", str(warmup)]
     row = dict(model=name, title=entry["title"], batch=entry["batch"], steps=steps, warmup=warmup, rounds=args.rounds,
-               failed={}, runs={})
+               failed={}, runs={}, bfloat16_isa=_bfloat16_isa())
     live = []
     for c in args.contenders:
         try:
@@ -320,6 +326,11 @@ def _summarize(row, flops, peaks, args):
                     med(runs[c][i]) / min(med(runs[p][i]) for p in their) for i in range(rounds)])
                 row.setdefault("fastest_peer_of", {})[f"{c}@{threads}"] = min(
                     their, key=lambda p: row["step"][f"{p}@{threads}"]["median"])
+        for c in [c for c in runs if contenders.is_ours(c) and contenders.float32_twin(c) in runs]:
+            twin = contenders.float32_twin(c)
+            if rounds:
+                row.setdefault("own_float32", {})[f"{c}@{threads}"] = _spread([
+                    med(runs[c][i]) / med(runs[twin][i]) for i in range(rounds)])
         their = contenders.peers(list(runs))
         if their:
             row.setdefault("fastest_peer", {})[threads] = min(their, key=lambda p: row["step"][f"{p}@{threads}"]["median"])
@@ -327,6 +338,7 @@ def _summarize(row, flops, peaks, args):
 
 def misses(rows):
     import contenders
+    import models
     out = []
     for r in rows:
         name = r["model"]
@@ -346,6 +358,12 @@ def misses(rows):
                 leanest = min(their, key=lambda p: r["rss"][p])
                 if r["rss"][c] > r["rss"][leanest]:
                     out.append(f"{name} {c}: peak RSS {r['rss'][c]:.0f} MB > {leanest}'s {r['rss'][leanest]:.0f} MB")
+        target = OWN_FLOAT32_TARGET.get(r.get("bfloat16_isa"))
+        for key, ratio in r.get("own_float32", {}).items():
+            c, threads = key.split("@")
+            if target and r["model"] in models.TRANSFORMERS and ratio["median"] > target:
+                out.append(f"{name} {c} {threads}t: step {ratio['median']:.2f} x {contenders.float32_twin(c)}'s "
+                           f"> {target} on {r['bfloat16_isa']}")
         diffs = r.get("loss_diff", {})
         for c in [c for c in diffs if contenders.is_ours(c)]:
             eager_noise = min([diffs[p] for p in contenders.peers(list(diffs), like=c)] or [0.0])
@@ -368,16 +386,16 @@ def orchestrate(args):
     unknown = [n for n in names if n not in models.ZOO]
     if unknown:
         sys.exit(f"unknown models {unknown}; the zoo has {list(models.ZOO)}")
-    args.contenders = (list(contenders.BFLOAT16) if args.contenders == "bf16" else
+    args.precision = "bfloat16" if args.contenders == "bf16" else "float32"
+    args.contenders = (list(contenders.BFLOAT16_TABLE) if args.contenders == "bf16" else
                        args.contenders.split(",") if args.contenders else list(contenders.DEFAULT))
     unknown = [c for c in args.contenders if c not in contenders.CONTENDERS]
     if unknown:
         sys.exit(f"unknown contenders {unknown}; there are {list(contenders.CONTENDERS)}")
     if args.readme:
-        update_readme(assembled_table(_machine(), args.contenders))
-        print("[bench] README.md table rewritten from bench/results/rows/", flush=True)
+        _write_readme_table(args.precision, _machine(), args.contenders)
         if args.check:  # the stored rows' targets, without measuring again
-            missed = misses([stored["row"] for stored in stored_rows(_machine(), args.contenders)[0]])
+            missed = misses([stored["row"] for stored in stored_rows(_machine(), args.contenders, args.precision)[0]])
             for m in missed:
                 print(f"[bench] target missed: {m}")
             if missed:
@@ -408,14 +426,32 @@ def orchestrate(args):
     chart(rows, os.path.join(args.out, "bench.png"))
     print(table)
     if by_the_method(args):
-        store_rows(rows, meta)
-        update_readme(assembled_table(meta["machine"], args.contenders))
-        print("[bench] README.md table updated from bench/results/rows/", flush=True)
+        store_rows(rows, meta, args.precision)
+        _write_readme_table(args.precision, meta["machine"], args.contenders)
     missed = misses(rows)
     for m in missed:
         print(f"[bench] target missed: {m}")
     if args.check and missed:
         sys.exit(1)
+
+
+def _write_readme_table(precision, machine, names):
+    table = assembled_table(machine, names, precision)
+    if precision == "bfloat16":
+        update_readme(table, (README_BF16_BEGIN, README_BF16_END))
+    else:
+        update_readme(table)
+    print(f"[bench] README.md's {precision} table rewritten from {_rows_dir(precision)}", flush=True)
+
+
+def _bfloat16_isa():
+    """The host's bfloat16 instructions: "amx", "avx512_bf16" or None (lscpu's flags)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = re.search(r"flags\s*:\s*(.*)", f.read()).group(1).split()
+    except (OSError, AttributeError):
+        return None
+    return "amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else None
 
 
 def _commit():
@@ -463,6 +499,19 @@ def markdown(rows, meta):
         "ratios are onnxtrain over the fastest peer of the same round, median over rounds (min-max). "
         "\"% of limit\": the step's GEMM and convolution FLOPs at the sgemm peak, over the step time. "
         "A cell \"failed [n]\" is a contender that could not run the model: note n below says why."]
+    bfloat16 = [c for c in names if contenders.precision(c) == "bfloat16"]
+    if bfloat16 and meta["peaks"].get("bfloat16"):
+        twins = [c for c in ours if contenders.float32_twin(c) in names]
+        lines[0] += (f" The bfloat16 contenders ({', '.join(bfloat16)}) train under torch.autocast(\"cpu\", "
+                     f"dtype=torch.bfloat16); their % of limit is at the bfloat16 GEMM peak, "
+                     f"{gflops(meta['peaks']['bfloat16'][1])} GFLOP/s at 1 thread and "
+                     f"{gflops(meta['peaks']['bfloat16'][2])} at 2 (PyTorch's 2048^3 bfloat16 product), and each "
+                     "bfloat16 onnxtrain contender's ratio is to the fastest bfloat16 peer"
+                     + (f"; \"/ own float32\" is {', '.join(twins)} over its float32 twin, round by round."
+                        if twins else "."))
+        if rows and rows[0].get("bfloat16_isa") is not None:
+            lines[0] += f" The host's bfloat16 instructions: {rows[0]['bfloat16_isa']}."
+    twins = [c for c in ours if any(f"{c}@1" in r.get("own_float32", {}) for r in rows)]
     failures = {}
 
     def cell(r, c, text):
@@ -473,8 +522,9 @@ def markdown(rows, meta):
 
     for threads in (1, 2):
         lines += ["", f"**Step time at {threads} thread{'s' if threads > 1 else ''}, ms** (% of limit)", "",
-                  "| model | batch | " + " | ".join(names) + " | " + " | ".join(f"**{c} / fastest**" for c in ours) + " |",
-                  "|---" * (2 + len(names) + len(ours)) + "|"]
+                  "| model | batch | " + " | ".join(names) + " | " + " | ".join(f"**{c} / fastest**" for c in ours)
+                  + "".join(f" | **{c} / own float32**" for c in twins) + " |",
+                  "|---" * (2 + len(names) + len(ours) + len(twins)) + "|"]
         for r in rows:
             cells = []
             for c in names:
@@ -483,6 +533,8 @@ def markdown(rows, meta):
                         else ms(r['step'][key]['median']) if key in r["step"] else "-")
                 cells.append(cell(r, c, text))
             ratios = [f"**{sp(r['ratio'][f'{c}@{threads}'])}**" if f"{c}@{threads}" in r["ratio"] else "-" for c in ours]
+            own = r.get("own_float32", {})
+            ratios += [f"**{sp(own[f'{c}@{threads}'])}**" if f"{c}@{threads}" in own else "-" for c in twins]
             lines.append(f"| {r['title']} | {r['batch']} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     lines += ["", "**First step s / peak RSS MB / largest loss difference from float64 eager**, 1 thread", "",
               "| model | " + " | ".join(names) + " |", "|---" * (1 + len(names)) + "|"]
@@ -516,36 +568,49 @@ def markdown(rows, meta):
 # One file per zoo model, written by every run that measures by the README's method: the whole zoo
 # takes hours, so runs of a few models each fill the table, and a row says when it was measured.
 ROWS_DIR = os.path.join(HERE, "results", "rows")
+# The bfloat16 table's (bench/run --contenders bf16), over models.BFLOAT16_ZOO.
+ROWS_DIR_BF16 = os.path.join(HERE, "results", "rows-bf16")
+
+
+def _rows_dir(precision):
+    return ROWS_DIR_BF16 if precision == "bfloat16" else ROWS_DIR
+
+
+def _table_models(precision):
+    import models
+    return models.BFLOAT16_ZOO if precision == "bfloat16" else list(models.ZOO)
 
 
 def by_the_method(args):
     """Every contender, the zoo's own steps, at least 3 rounds, both thread counts, the loss check,
     the GEMM profile, and the default output folder: a run whose rows may stand in the README."""
-    return (not args.contenders_given and not args.quick and args.steps == 0 and args.warmup == 0
+    every_contender = not args.contenders_given or getattr(args, "precision", "float32") == "bfloat16"
+    return (every_contender and not args.quick and args.steps == 0 and args.warmup == 0
             and args.rounds >= 3 and args.agreement_steps > 0 and args.thread_counts == [1, 2]
             and args.out == os.path.join(HERE, "results"))
 
 
-def store_rows(rows, meta):
-    os.makedirs(ROWS_DIR, exist_ok=True)
+def store_rows(rows, meta, precision="float32"):
+    os.makedirs(_rows_dir(precision), exist_ok=True)
     for r in rows:
-        with open(os.path.join(ROWS_DIR, r["model"] + ".json"), "w") as f:
+        with open(os.path.join(_rows_dir(precision), r["model"] + ".json"), "w") as f:
             json.dump(dict(meta=meta, row=r), f, indent=1)
 
 
-def stored_rows(machine, names):
+def stored_rows(machine, names, precision="float32"):
     """The stored rows measured on `machine` with the contenders `names`, in zoo order, with their
     runs' meta; and the zoo models that have none."""
-    import models
     found, missing = [], []
-    for model in models.ZOO:
-        path = os.path.join(ROWS_DIR, model + ".json")
+    for model in _table_models(precision):
+        path = os.path.join(_rows_dir(precision), model + ".json")
         stored = None
         if os.path.exists(path):
             with open(path) as f:
                 stored = json.load(f)
         if stored and stored["meta"]["machine"] == machine and stored["meta"]["contenders"] == list(names):
-            stored["meta"]["peaks"] = {(k if k == "bfloat16" else int(k)): v for k, v in stored["meta"]["peaks"].items()}
+            stored["meta"]["peaks"] = {(k if k == "bfloat16" else int(k)): (v if k != "bfloat16" else
+                                                                          {int(t): p for t, p in v.items()})
+                                       for k, v in stored["meta"]["peaks"].items()}
             row = stored["row"]
             row["fastest_peer"] = {int(k): v for k, v in row.get("fastest_peer", {}).items()}  # JSON keys are strings
             found.append(stored)
@@ -554,21 +619,25 @@ def stored_rows(machine, names):
     return found, missing
 
 
-def assembled_table(machine, names):
+def assembled_table(machine, names, precision="float32"):
     """The README's table: every stored row of this machine and contender set. Each row keeps the %
     of limit of its own run's sgemm peak; the header gives the dates and the peaks' range."""
-    found, missing = stored_rows(machine, names)
+    found, missing = stored_rows(machine, names, precision)
     if not found:
         return (f"Nothing measured on {machine} with these contenders yet: `bench/run --models "
                 + ",".join(missing) + "` measures the zoo.\n")
     rows = [s["row"] for s in found]
     dates = sorted({s["meta"]["date"] for s in found})
     peaks = {t: [s["meta"]["peaks"][t] for s in found] for t in (1, 2)}
+    bfloat16_peaks = {t: [s["meta"]["peaks"]["bfloat16"][t] for s in found
+                          if t in s["meta"]["peaks"].get("bfloat16", {})] for t in (1, 2)}
     commits = sorted({s["meta"].get("commit", "unknown") for s in found})
     meta = dict(date=dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}", machine=machine,
                 commit=", ".join(commits),
                 peaks={t: (min(v), max(v)) for t, v in peaks.items()}, rounds=min(s["meta"]["rounds"] for s in found),
                 contenders=list(names))
+    if precision == "bfloat16" and all(bfloat16_peaks.values()):
+        meta["peaks"]["bfloat16"] = {t: (min(v), max(v)) for t, v in bfloat16_peaks.items()}
     table = markdown(rows, meta)
     if missing:
         table += ("\nNot yet measured on this machine by the method above (`bench/run --models " + ",".join(missing)

@@ -41,8 +41,11 @@ CONTENDERS = {
 }
 AUTOCAST = {name: "bfloat16" for name in CONTENDERS if "-bf16" in name}
 DEFAULT = [name for name, (environment, _) in CONTENDERS.items() if environment != "current" and name not in AUTOCAST]
-# bench/run --contenders bf16: every bfloat16 contender.
+# Every bfloat16 contender.
 BFLOAT16 = [name for name in CONTENDERS if name in AUTOCAST]
+# bench/run --contenders bf16, the bfloat16 table's: the bfloat16 contenders, and onnxtrain's own
+# float32 for the ratio of each bfloat16 onnxtrain contender to its float32 twin.
+BFLOAT16_TABLE = BFLOAT16 + ["onnxtrain-2.15"]
 
 
 def is_ours(name):
@@ -52,6 +55,12 @@ def is_ours(name):
 def precision(name):
     """The dtype autocast computes the contender's products in; float32 without autocast."""
     return AUTOCAST.get(name, "float32")
+
+
+def float32_twin(name):
+    """The same contender without autocast (onnxtrain-bf16-2.15 -> onnxtrain-2.15), or None."""
+    twin = name.replace("-bf16", "")
+    return twin if twin != name and twin in CONTENDERS else None
 
 
 def peers(names, like=None):

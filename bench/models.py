@@ -212,6 +212,11 @@ ZOO = {
                            **_timm("vit_small_patch16_224", (8, 3, 224, 224))),
 }
 
+# The models of the bfloat16 table (bench/run --contenders bf16): the transformers, where autocast
+# pays most, and two convolutional nets; TRANSFORMERS have the target against onnxtrain's own float32.
+TRANSFORMERS = ["bert_base", "gpt2_small", "llama_100m", "timm_vit_small"]
+BFLOAT16_ZOO = TRANSFORMERS + ["timm_resnet50", "timm_efficientnet_b0"]
+
 # Dropout in the timed runs; the torchvision models there keep their own stochastic depth
 # (convnext_tiny's drops residual blocks with p up to 0.1).
 DEFAULT_DROPOUT = {"cnn": 0.5, "transformer": 0.1, "mobilenet_v3_small": 0.2, "mobilenet_v2": 0.2,

@@ -111,6 +111,40 @@ def test_the_readme_table_is_assembled_from_stored_rows_of_this_machine(tmp_path
     assert "demo_mlp" in missing and "cnn," not in missing and len(missing.split(", ")) == len(models.ZOO) - 1
 
 
+def test_the_bfloat16_table_has_its_own_rows_and_the_ratio_to_onnxtrains_own_float32(tmp_path, monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import bench
+    import contenders
+    import models
+    monkeypatch.setattr(bench, "ROWS_DIR", str(tmp_path / "float32"))
+    monkeypatch.setattr(bench, "ROWS_DIR_BF16", str(tmp_path / "bfloat16"))
+    names = contenders.BFLOAT16_TABLE
+    assert "onnxtrain-2.15" in names and contenders.float32_twin("onnxtrain-bf16-2.15") == "onnxtrain-2.15"
+    times = {"eager-bf16-2.15": 1.0, "onnxtrain-bf16-2.15": 0.6, "onnxtrain-2.15": 1.0}
+    runs = {c: [dict(times=[t], first=2 * t, rss_mb=100) for _ in range(3)] for c, t in times.items()}
+    row = dict(model="bert_base", title="bert", batch=8, failed={}, runs={1: runs, 2: runs}, bfloat16_isa="avx512_bf16")
+    bench._summarize(row, None, {}, None)
+    del row["runs"]
+    assert row["own_float32"]["onnxtrain-bf16-2.15@1"]["median"] == 0.6
+    assert row["ratio"]["onnxtrain-bf16-2.15@1"]["median"] == 0.6  # against eager bf16, not float32
+    assert "onnxtrain-2.15@1" not in row["ratio"]  # no float32 peer ran
+    assert bench.misses([row]) == []
+    meta = dict(date="2026-12-07", machine="this box", peaks={1: 100.0, 2: 190.0, "bfloat16": {1: 200.0, 2: 380.0}},
+                rounds=3, contenders=names)
+    bench.store_rows([json.loads(json.dumps(row))], json.loads(json.dumps(meta)), "bfloat16")
+    assert not (tmp_path / "float32").exists()
+    table = bench.assembled_table("this box", names, "bfloat16")
+    assert "bfloat16 GEMM peak, 200 GFLOP/s at 1 thread and 380 at 2" in table
+    assert "**onnxtrain-bf16-2.15 / own float32**" in table and "**0.60 (0.60-0.60)**" in table
+    missing = table.split("Not yet measured on this machine")[1]
+    assert "bert_base" not in missing and len(missing.split(", ")) == len(models.BFLOAT16_ZOO) - 1
+    row["own_float32"]["onnxtrain-bf16-2.15@1"]["median"] = 0.8  # the target on AVX512_BF16: 0.75
+    assert any("bert_base onnxtrain-bf16-2.15 1t: step 0.80 x onnxtrain-2.15's > 0.75" in m
+               for m in bench.misses([row]))
+    row["model"] = "timm_resnet50"  # a convolutional net has no such target
+    assert bench.misses([row]) == []
+
+
 def test_bench_check_of_the_stored_rows_fails_on_a_missed_target(tmp_path, monkeypatch):
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import bench
