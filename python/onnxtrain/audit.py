@@ -7,6 +7,11 @@ measured against that twin. A node is judged on its own inputs, so a rounding de
 max-pool window whose top two differ by 1e-7, a bias whose gradient is pure rounding noise) cannot
 move its error. How each op family's error is scaled is in src/audit/audit_compare.h and the
 README ("Numerics audit").
+
+Under torch.autocast (call audit inside it) a node computes in bfloat16 or float16: each row also
+gives its error in rounding steps of the type it computed in (2^-7 for bfloat16, 2^-10 for
+float16, 2^-23 for float32), so 16-bit and float32 nodes are ranked on one scale; a correctly
+rounded 16-bit kernel is within half a step.
 """
 import contextlib
 import dataclasses
@@ -31,6 +36,12 @@ class AuditRow:
     normalization: str  # sum_of_terms, output_scale, exact or selected_value (README)
     output_shapes: Tuple[Tuple[int, ...], ...]
     domain: str = ""
+    rounding_steps: Optional[float] = None  # rel_error in rounding steps of `computed_in`
+    computed_in: str = ""  # "float32", "bfloat16", "float16" or "float64"; "" without a float output
+
+    @property
+    def _rank(self):
+        return self.rounding_steps if self.rounding_steps is not None else self.rel_error
 
 
 class AuditReport:
@@ -49,17 +60,24 @@ class AuditReport:
         return [r for r in self.rows if r.rel_error is None]
 
     def worst(self, n=10):
-        """The n rows with the largest rel_error (rows without a twin excluded)."""
-        return sorted(self.compared, key=lambda r: r.rel_error, reverse=True)[:n]
+        """The n rows with the most rounding steps of their own type (rows without a twin excluded)."""
+        return sorted(self.compared, key=lambda r: r._rank, reverse=True)[:n]
 
     @property
     def max_rel_error(self):
         """The largest rel_error of the step; None when no node could be compared."""
-        worst = self.worst(1)
-        return worst[0].rel_error if worst else None
+        errors = [r.rel_error for r in self.compared]
+        return max(errors) if errors else None
+
+    def max_rounding_steps(self, computed_in=None):
+        """The most rounding steps of any compared node (of those computed in `computed_in`)."""
+        steps = [r.rounding_steps for r in self.compared if r.rounding_steps is not None
+                 and (computed_in is None or r.computed_in == computed_in)]
+        return max(steps) if steps else None
 
     def to_dict(self):
-        return {"max_rel_error": self.max_rel_error, "rows": [dataclasses.asdict(r) for r in self.rows]}
+        return {"max_rel_error": self.max_rel_error, "max_rounding_steps": self.max_rounding_steps(),
+                "rows": [dataclasses.asdict(r) for r in self.rows]}
 
     def to_json(self, path):
         with open(path, "w") as f:
@@ -69,9 +87,9 @@ class AuditReport:
         """The n worst nodes, then the nodes without a float64 twin, as text."""
         lines = [f"onnxtrain audit: {len(self.rows)} nodes, {len(self.compared)} compared with their float64 twin; "
                  f"max rel_error {_format_error(self.max_rel_error)}"]
-        header = ("graph", "op_type", "node", "rel_error", "normalization", "output")
-        body = [(r.graph, r.op_type, r.node, _format_error(r.rel_error), r.normalization, r.worst_output)
-                for r in self.worst(n)]
+        header = ("graph", "op_type", "node", "rel_error", "steps", "type", "normalization", "output")
+        body = [(r.graph, r.op_type, r.node, _format_error(r.rel_error), _format_steps(r.rounding_steps),
+                 r.computed_in, r.normalization, r.worst_output) for r in self.worst(n)]
         lines += _aligned([header] + body)
         if self.not_compared:
             lines.append(f"{len(self.not_compared)} nodes without a float64 twin:")
@@ -118,7 +136,8 @@ def audit(module, *args, loss_fn=None, **kwargs) -> AuditReport:
 def _row(d):
     return AuditRow(node=d["node"], op_type=d["op_type"], graph=d["graph"], rel_error=d["rel_error"],
                     reason=d["reason"], worst_output=d["worst_output"], normalization=d["normalization"],
-                    output_shapes=tuple(tuple(s) for s in d["output_shapes"]), domain=d["domain"])
+                    output_shapes=tuple(tuple(s) for s in d["output_shapes"]), domain=d["domain"],
+                    rounding_steps=d["rounding_steps"], computed_in=d["computed_in"])
 
 
 @contextlib.contextmanager
@@ -164,6 +183,10 @@ def _sum_of(output):
 
 def _format_error(e):
     return "none" if e is None else f"{e:.2e}"
+
+
+def _format_steps(steps):
+    return "-" if steps is None else f"{steps:.2g}"
 
 
 def _aligned(rows):

@@ -151,6 +151,16 @@ ErrorScale error_scale_of(const Node& node, size_t index, DType output_dtype) {
              : ErrorScale::OutputScale;
 }
 
+double rounding_step(DType dtype) {
+  switch (dtype) {
+    case DType::Float64: return std::ldexp(1.0, -52);
+    case DType::Float32: return std::ldexp(1.0, -23);
+    case DType::Float16: return std::ldexp(1.0, -10);
+    case DType::BFloat16: return std::ldexp(1.0, -7);
+    default: return 0.0;
+  }
+}
+
 Tensor widen_to_float64(const Tensor& t) {
   if (!t.defined() || t.is_list() || !is_floating(t.dtype()) || t.dtype() == DType::Float64) return t;
   Tensor out = Tensor::empty(DType::Float64, t.shape());

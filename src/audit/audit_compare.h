@@ -37,6 +37,11 @@ const char* error_scale_name(ErrorScale scale);
 // The family of output `index` of `node`.
 ErrorScale error_scale_of(const Node& node, size_t index, DType output_dtype);
 
+// The rounding step of a float type: the distance from 1 to the next value (2^-23 for float32,
+// 2^-7 for bfloat16, 2^-10 for float16, 2^-52 for float64); 0 for other types. A correctly rounded
+// result is within half a step of the exact one, relative to its magnitude.
+double rounding_step(DType dtype);
+
 // A copy of `t` as float64 (float16, bfloat16, float32 and float64; integers and bool pass as they
 // are, since kernels read them as indices and shapes).
 Tensor widen_to_float64(const Tensor& t);

@@ -94,10 +94,20 @@ OutputJudgement judge_output(const Node& node, size_t o, const Tensor& engine, c
   return j;
 }
 
+// The float type an output's error is counted in: its own, or for an integer output (indices, a
+// mask) the first float input's, whose values it selects or is computed from.
+DType computed_in(DType output, const std::vector<Tensor>& inputs) {
+  if (rounding_step(output) > 0) return output;
+  for (const Tensor& t : inputs)
+    if (t.defined() && !t.is_list() && rounding_step(t.dtype()) > 0) return t.dtype();
+  return DType::Undefined;
+}
+
 void compare_outputs(NodeAudit& row, const Node& node, const std::vector<Tensor>& outputs,
                      const std::vector<Tensor>& twin, const std::vector<Tensor>& terms,
-                     const std::vector<Tensor>& wide_inputs) {
-  double worst = 0.0;
+                     const std::vector<Tensor>& inputs, const std::vector<Tensor>& wide_inputs) {
+  double worst = 0.0, worst_steps = 0.0;
+  DType worst_type = DType::Undefined;
   for (size_t o = 0; o < outputs.size() && o < node.outputs.size(); ++o) {
     if (!outputs[o].defined() || node.outputs[o].empty()) continue;
     if (outputs[o].is_list()) {
@@ -106,13 +116,22 @@ void compare_outputs(NodeAudit& row, const Node& node, const std::vector<Tensor>
     }
     const OutputJudgement j =
         judge_output(node, o, outputs[o], twin.at(o), o < terms.size() ? terms[o] : Tensor(), wide_inputs);
-    if (row.worst_output.empty() || j.error > worst) {
+    const DType type = computed_in(outputs[o].dtype(), inputs);
+    const double step = rounding_step(type);
+    const double steps = step > 0 ? j.error / step : j.error;
+    if (row.worst_output.empty() || steps > worst_steps) {
       worst = j.error;
+      worst_steps = steps;
+      worst_type = type;
       row.worst_output = node.outputs[o];
       row.normalization = j.normalization;
     }
   }
   row.rel_error = worst;
+  if (rounding_step(worst_type) > 0) {
+    row.rounding_steps = worst_steps;
+    row.computed_in = dtype_name(worst_type);
+  }
 }
 
 }  // namespace
@@ -159,7 +178,7 @@ NodeAudit audit_node(const Node& node, const Graph& context, const std::vector<T
     return row;
   }
   try {
-    compare_outputs(row, node, outputs, twin, terms, wide);
+    compare_outputs(row, node, outputs, twin, terms, inputs, wide);
   } catch (const std::exception& e) {  // the twin disagrees on shapes or outputs: a failure
     row.rel_error = std::numeric_limits<double>::infinity();
     row.reason = e.what();

@@ -20,6 +20,11 @@ struct NodeAudit {
   std::string reason;               // why rel_error is missing, or a note on how it was judged
   std::string worst_output;         // the output with the largest error
   std::string normalization;        // how that output's error is scaled (error_scale_name)
+  // rel_error in rounding steps of the type the worst output was computed in (its own dtype, or
+  // for an integer output the node's first float input's): float32 and 16-bit nodes on one scale.
+  // The worst output is the one with the most steps.
+  std::optional<double> rounding_steps;
+  std::string computed_in;          // that type's name
   std::vector<TensorShape> output_shapes;
 };
 

@@ -69,6 +69,8 @@ py::dict audit_row_dict(const audit::NodeAudit& row) {
   d["reason"] = row.reason;
   d["worst_output"] = row.worst_output;
   d["normalization"] = row.normalization;
+  d["rounding_steps"] = row.rounding_steps ? py::cast(*row.rounding_steps) : py::none();
+  d["computed_in"] = row.computed_in;
   py::list shapes;
   for (const auto& s : row.output_shapes) shapes.append(py::tuple(py::cast(s.to_vector())));
   d["output_shapes"] = shapes;

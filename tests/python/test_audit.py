@@ -1,6 +1,7 @@
 """onnxtrain.audit: one training step with every node checked against its float64 twin
 (src/audit/). The interface, a step that leaves the module as it was, and small models whose every
 node is within float32 rounding of its twin."""
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -112,6 +113,27 @@ def test_every_node_of_a_cnn_with_batchnorm_and_maxpool_is_within_float32_roundi
     assert {"Conv", "ConvGradW", "MaxPool", "MaxPoolGrad", "BatchNormGrad"} <= ops, ops
     assert not report.not_compared, report.not_compared
     assert report.max_rel_error < TOLERANCE, report
+
+
+HALF_TYPES = [torch.bfloat16] + ([torch.float16] if int(torch.__version__.split(".")[0]) >= 2 else [])
+
+
+@pytest.mark.parametrize("dtype", HALF_TYPES, ids=str)
+def test_under_autocast_every_16bit_node_is_within_one_rounding_step_of_its_type(dtype):
+    # A 16-bit kernel computes in float32 and rounds once: half a step. Summing or chaining in the
+    # 16-bit type itself (a product accumulated in bfloat16) would be many steps off.
+    name = str(dtype).replace("torch.", "")
+    cases = [(mlp(), torch.randn(16, 20), lambda out: F.cross_entropy(out, torch.arange(16) % 5)),
+             (small_cnn(), torch.randn(4, 3, 16, 16), lambda out: F.cross_entropy(out, torch.arange(4)))]
+    for model, x, loss_fn in cases:
+        with torch.autocast("cpu", dtype=dtype):
+            report = onnxtrain.audit(model, x, loss_fn=loss_fn)
+        half = [r for r in report.compared if r.computed_in == name]
+        assert {"MatMul", "Gemm", "Conv", "ConvGradW"} & {r.op_type for r in half}, report
+        assert report.max_rounding_steps(name) <= 1.0, report
+        float32 = [r.rel_error for r in report.compared if r.computed_in == "float32"]
+        assert float32 and max(float32) < TOLERANCE, report
+        assert report.worst(1)[0].rounding_steps == report.max_rounding_steps()
 
 
 def test_a_call_that_trains_nothing_is_refused():

@@ -69,8 +69,9 @@ def make(name):
         return timm.create_model(name, pretrained=False, num_classes=CLASSES, drop_rate=0.0, **arguments)
 
 
-def case(name):
-    size = MODELS[name][1]
+def case(name, size=None):
+    """`size`: the images' side (default: the model's entry in MODELS)."""
+    size = size or MODELS[name][1]
 
     def batch(gen):
         x = torch.randn(BATCH, 3, size, size, generator=gen)
