@@ -623,9 +623,9 @@ def assembled_table(machine, names, precision="float32"):
     """The README's table: every stored row of this machine and contender set. Each row keeps the %
     of limit of its own run's sgemm peak; the header gives the dates and the peaks' range."""
     found, missing = stored_rows(machine, names, precision)
+    command = "bench/run --models " + ",".join(missing) + (" --contenders bf16" if precision == "bfloat16" else "")
     if not found:
-        return (f"Nothing measured on {machine} with these contenders yet: `bench/run --models "
-                + ",".join(missing) + "` measures the zoo.\n")
+        return f"Nothing measured on {machine} with these contenders yet: `{command}` measures the zoo.\n"
     rows = [s["row"] for s in found]
     dates = sorted({s["meta"]["date"] for s in found})
     peaks = {t: [s["meta"]["peaks"][t] for s in found] for t in (1, 2)}
@@ -640,8 +640,8 @@ def assembled_table(machine, names, precision="float32"):
         meta["peaks"]["bfloat16"] = {t: (min(v), max(v)) for t, v in bfloat16_peaks.items()}
     table = markdown(rows, meta)
     if missing:
-        table += ("\nNot yet measured on this machine by the method above (`bench/run --models " + ",".join(missing)
-                  + "` adds them): " + ", ".join(missing) + ".\n")
+        table += (f"\nNot yet measured on this machine by the method above (`{command}` adds them): "
+                  + ", ".join(missing) + ".\n")
     return table
 
 

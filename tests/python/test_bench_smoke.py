@@ -228,7 +228,8 @@ def test_the_elementwise_bench_reports_each_op_against_a_copy(tmp_path):
                       r" [^|]+ \| ([\d.]+) \| ([\d.]+) \|", table, re.M)
     assert [r[0] for r in rows] == ["Relu", "Add", "GeluGrad (none)", "GeluGrad (tanh)"], table
     assert rows[0][1:4] == ("onnx", "forward", "X") and rows[2][1:4] == ("ai.onnxtrain", "gradient", "dY, X")
-    assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows), table
+    # "x copy" has two decimals: a slow op on a busy host reads 0.00 there.
+    assert all(float(r[4]) > 0 and float(r[5]) >= 0 for r in rows), table
     assert "N = 65536 float32" in table and "1 thread(s)" in table
 
 

@@ -15,7 +15,7 @@ from ..common import (RANDOM_OPS, Exported, ExportError, FlatModule, diagnose_in
                       preserved_state, traced_as_in_training)
 from . import checkpoints, stubs
 from . import functions as python_functions
-from . import opset17, refused, translations
+from . import opset17, output_types, refused, translations
 
 
 def _dim_ranges(program, num_inputs):
@@ -204,6 +204,7 @@ def _finish(module, flat, program, args, tensors, input_schema, functions):
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"the dynamo ONNX exporter failed for {type(module).__name__}: {type(e).__name__}: "
                           f"{_first_lines(e)}") from None
+    output_types.restore(model, output_types.traced_output_types(program))
     opset17.to_opset17(model)
     stubs.merge(model, onnx_rewrites.fresh_names(model),
                 lambda group: (python_functions.describe(group) or checkpoints.describe(group)

@@ -9,9 +9,11 @@ a checkpoint segment is marked, checkpoints.py):
 In the traced program (refuse_differing_ops): ATen ops whose onnxscript translation differs from
 eager where the TorchScript capture has onnxtrain's own symbolic (capture/torchscript/symbolics*.py),
 each found by the suite run on this backend: where ties send a gradient (amax and amin, adaptive
-max pooling), NaN propagation (log_sigmoid, native_group_norm), multinomial's draws, and
-float16 or bfloat16 values (onnxscript computes reductions and gelu in the tensor's own precision, eager
-accumulates in float32), and float64 values (Python float constants pass through float32). The
+max pooling), NaN propagation (log_sigmoid, native_group_norm), multinomial's draws, and float64
+values (Python float constants pass through float32). float16 and bfloat16 nodes are taken: the
+exporter's decompositions compute them in float32 as eager does, and where they do not the engine
+widens each 16-bit op to float32 and rounds once; the output types the exporter loses are
+restored (output_types.py). The
 losses, integer division and max/min along a dim, which onnxscript also writes otherwise than
 eager, get onnxtrain's own translations instead (translations_losses.py, translations_integers.py).
 """
@@ -123,7 +125,6 @@ _DIFFERING = {
     "native_group_norm": "NaN propagates otherwise than eager",
     "multinomial": "draws without replacement are not eager's",
 }
-_HALF = ("float16", "bfloat16")
 
 
 def _op_name(target):
@@ -143,10 +144,6 @@ def refuse_differing_ops(program):
             raise NotCapturable(f"aten.{name} (node {node.name}): onnxscript's ONNX for it {why}")
         value = node.meta.get("val")
         dtype = str(getattr(value, "dtype", "")).replace("torch.", "")
-        if dtype in _HALF:
-            raise NotCapturable(f"node {node.name} computes in {dtype}, and this capture takes no half-precision "
-                                "node: onnxscript computes reductions and gelu in the tensor's own precision, where "
-                                "eager accumulates in float32")
         if dtype == "float64":
             raise NotCapturable(f"node {node.name} computes in float64: onnxscript writes Python float constants "
                                 "through float32, which loses a float64 model's precision")
