@@ -159,3 +159,31 @@ TEST(HalfCompute, BfloatConvolutionsAndTheirGradientsRoundTheFloat32SumsOnce) {
 
 }  // namespace
 }  // namespace onnxtrain
+
+namespace onnxtrain {
+namespace {
+
+// The plans of oneDNN convolutions (JIT kernels per geometry and batch size) are bounded: a run
+// over a thousand batch sizes keeps at most the cache's 512.
+TEST(OnednnConvPlans, ManyBatchSizesKeepABoundedNumberOfPlans) {
+  Graph g;
+  g.inputs = {"x", "w"};
+  g.outputs = {"y"};
+  g.value_info["x"] = {DType::Float32, std::vector<Dim>{{-1, "N"}, {4, ""}, {5, ""}, {5, ""}}};
+  g.value_info["w"] = {DType::Float32, std::vector<Dim>{{8, ""}, {4, ""}, {3, ""}, {3, ""}}};
+  g.add_node(Node{"conv", "Conv", "", {"x", "w"}, {"y"}, {}});
+  InferenceSession session(g);
+  const Tensor w = Tensor::from_vector<float>(std::vector<float>(8 * 4 * 9, 0.5f), {8, 4, 3, 3});
+  size_t most = 0;
+  for (int64_t n = 1; n <= 1100; ++n) {
+    const Tensor x = Tensor::from_vector<float>(std::vector<float>(static_cast<size_t>(n * 100), 1.0f), {n, 4, 5, 5});
+    const Tensor y = session.run({x, w}, 0)[0];
+    ASSERT_EQ(y.data<float>()[0], 0.5f * 4 * 9) << "batch " << n;  // the centre sees the whole kernel
+    most = std::max(most, onednn_conv_plans_kept());
+  }
+  EXPECT_LE(most, 512u);
+  EXPECT_GE(most, 300u);  // the plans were made, and kept up to the bound
+}
+
+}  // namespace
+}  // namespace onnxtrain

@@ -2,6 +2,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -201,27 +202,47 @@ Plan build_plan(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t
   return p;
 }
 
-// Plans by geometry, pass, batch size and thread count: building one JIT-compiles kernels
-// (milliseconds), so it happens once per shape and every later step reuses it.
-const Plan& plan_for(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t batch, bool bias,
-                     int64_t threads, int64_t col_stride = 0) {
-  static std::mutex mutex;
-  static std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans;
+// Plans by geometry, element type, pass, batch size and thread count: building one JIT-compiles
+// kernels (milliseconds), so it happens once per shape and every later step reuses it. At most
+// kMaxPlans are kept, the least recently used going first (a run over many batch sizes would
+// otherwise keep every one's kernels); a caller's shared_ptr keeps an evicted plan alive.
+constexpr size_t kMaxPlans = 512;
+
+std::mutex plans_mutex;
+size_t plans_kept = 0;
+
+std::shared_ptr<const Plan> plan_for(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t batch,
+                                     bool bias, int64_t threads, int64_t col_stride = 0) {
+  struct Entry {
+    std::shared_ptr<const Plan> plan;
+    uint64_t last_used = 0;
+  };
+  static std::map<std::vector<int64_t>, Entry> plans;
+  static uint64_t clock = 0;
   std::vector<int64_t> key{static_cast<int64_t>(pass), static_cast<int64_t>(elements), batch, bias, threads,
                            col_stride, g.spatial, g.image_channels, g.col_channels, g.group};
   for (const auto* v : {&g.in, &g.out, &g.kernel, &g.stride, &g.dilation, &g.pad_begin, &g.pad_end})
     key.insert(key.end(), v->begin(), v->end());
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = plans[key];
-  if (!slot) {
-    slot = std::make_unique<Plan>();
-    try {
-      *slot = build_plan(g, pass, elements, batch, bias, threads, col_stride);
-    } catch (const dnnl::error&) {
-      slot->usable = false;  // oneDNN rejects this geometry: the im2col path handles it
+  std::lock_guard<std::mutex> lock(plans_mutex);
+  auto found = plans.find(key);
+  if (found == plans.end()) {
+    if (plans.size() >= kMaxPlans) {
+      auto oldest = std::min_element(plans.begin(), plans.end(), [](const auto& a, const auto& b) {
+        return a.second.last_used < b.second.last_used;
+      });
+      plans.erase(oldest);
     }
+    auto plan = std::make_shared<Plan>();
+    try {
+      *plan = build_plan(g, pass, elements, batch, bias, threads, col_stride);
+    } catch (const dnnl::error&) {
+      plan->usable = false;  // oneDNN rejects this geometry: the im2col path handles it
+    }
+    found = plans.emplace(std::move(key), Entry{std::move(plan), 0}).first;
   }
-  return *slot;
+  found->second.last_used = ++clock;
+  plans_kept = plans.size();
+  return found->second.plan;
 }
 
 dnnl::stream& thread_stream() {
@@ -302,6 +323,11 @@ memory bring_in_weights(ThreadPool& pool, const Plan& p, const void* w, char* sc
 
 }  // namespace
 
+size_t onednn_conv_plans_kept() {
+  std::lock_guard<std::mutex> lock(plans_mutex);
+  return plans_kept;
+}
+
 bool onednn_bfloat16_convolutions_native() {
   // The ISA values are bit sets: avx2_vnni is numerically above avx512_core_bf16 but lacks it.
   static const bool native =
@@ -322,8 +348,9 @@ bool run_chunked(KernelContext& ctx, const ConvGeometry& g, Pass pass, ConvEleme
   SingleThreadedOpenMP one_thread;
   ThreadPool& pool = ctx.threads();
   const Chunks c = split_batch(pool, g.batch);
-  const Plan& full = plan_for(g, pass, elements, c.size, bias, pool.num_threads());
-  const Plan& last = plan_for(g, pass, elements, c.last, bias, pool.num_threads());
+  const auto full_plan = plan_for(g, pass, elements, c.size, bias, pool.num_threads());
+  const auto last_plan = plan_for(g, pass, elements, c.last, bias, pool.num_threads());
+  const Plan &full = *full_plan, &last = *last_plan;
   if (!plans_usable(full, last)) return false;
   const size_t per_chunk = chunk_bytes(full, false), weights = align(full.wei.get_size());
   char* base = static_cast<char*>(ctx.scratch(weights + per_chunk * static_cast<size_t>(c.count)));
@@ -397,12 +424,12 @@ bool backward_weights_by_channels(KernelContext& ctx, const ConvGeometry& g, Con
     part.col_channels = (blocks * (i + 1) / parts) * kChannelPart - first;
     return part;
   };
-  std::vector<const Plan*> plans;
+  std::vector<std::shared_ptr<const Plan>> plans;
   size_t per_part = 0;
   for (int64_t i = 0; i < parts; ++i) {
     int64_t first;
     plans.push_back(
-        &plan_for(part_geometry(i, first), Pass::BackwardWeights, elements, g.batch, false, 1, g.col_channels));
+        plan_for(part_geometry(i, first), Pass::BackwardWeights, elements, g.batch, false, 1, g.col_channels));
     if (!plans.back()->usable) return false;
     per_part = std::max(per_part, chunk_bytes(*plans.back(), true));
   }
@@ -447,8 +474,9 @@ bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, Con
       backward_weights_by_channels(ctx, g, elements, x, dy, dw))
     return true;
   const Chunks c = split_batch(pool, g.batch);
-  const Plan& full = plan_for(g, Pass::BackwardWeights, elements, c.size, false, pool.num_threads());
-  const Plan& last = plan_for(g, Pass::BackwardWeights, elements, c.last, false, pool.num_threads());
+  const auto full_plan = plan_for(g, Pass::BackwardWeights, elements, c.size, false, pool.num_threads());
+  const auto last_plan = plan_for(g, Pass::BackwardWeights, elements, c.last, false, pool.num_threads());
+  const Plan &full = *full_plan, &last = *last_plan;
   if (!plans_usable(full, last)) return false;
   const size_t per_chunk = chunk_bytes(full, true);
   char* base = static_cast<char*>(ctx.scratch(per_chunk * static_cast<size_t>(c.count)));

@@ -19,6 +19,9 @@ enum class ConvElements { Float32, BFloat16 };
 // would emulate them, slower than widening to float32, so the caller widens instead.
 bool onednn_bfloat16_convolutions_native();
 
+// How many convolution plans (JIT kernels per geometry, pass and batch size) are kept; bounded.
+size_t onednn_conv_plans_kept();
+
 bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, ConvElements elements, const void* x,
                          const void* w, const float* b, void* y);
 bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, ConvElements elements, const void* dy,
