@@ -444,13 +444,20 @@ def _write_readme_table(precision, machine, names):
     print(f"[bench] README.md's {precision} table rewritten from {_rows_dir(precision)}", flush=True)
 
 
-def _bfloat16_isa():
-    """The host's bfloat16 instructions: "amx", "avx512_bf16" or None (lscpu's flags)."""
+def _cpuinfo():
+    """/proc/cpuinfo's first model name and flags: ("unknown CPU", []) where it cannot be read."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = re.search(r"flags\s*:\s*(.*)", f.read()).group(1).split()
+            info = f.read()
+        return (re.search(r"model name\s*:\s*(.*)", info).group(1).strip(),
+                re.search(r"flags\s*:\s*(.*)", info).group(1).split())
     except (OSError, AttributeError):
-        return None
+        return "unknown CPU", []
+
+
+def _bfloat16_isa():
+    """The host's bfloat16 instructions: "amx", "avx512_bf16" or None (lscpu's flags)."""
+    flags = _cpuinfo()[1]
     return "amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else None
 
 
@@ -465,15 +472,9 @@ def _commit():
 
 
 def _machine():
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-        cpu = re.search(r"model name\s*:\s*(.*)", info).group(1).strip()
-        flags = re.search(r"flags\s*:\s*(.*)", info).group(1).split()
+    cpu, flags = _cpuinfo()
+    if flags:
         cpu += ", " + ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2")
-    except (OSError, AttributeError):
-        pass
     return f"{os.cpu_count()} vCPUs of an {cpu}, {platform.system()} {platform.release()}"
 
 

@@ -83,7 +83,7 @@ std::vector<std::string> GradBuilder::op_multi(const std::string& op_type, const
 
 std::string GradBuilder::scalar_like(double value, const std::string& like) {
   DType dt = dtype_of(like);
-  if (dt == DType::Float16 || dt == DType::BFloat16) {
+  if (is_16bit_float(dt)) {
     Tensor h = Tensor::empty(dt, {});
     *static_cast<uint16_t*>(h.raw_data()) = dt == DType::Float16 ? double_to_half(value).bits : double_to_bfloat16(value).bits;
     return owner_.add_constant(node_.name + "_const", h);

@@ -34,6 +34,7 @@ inline bool is_list_kind(DType t) { return t == DType::Sequence || t == DType::O
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 bool is_floating(DType t);
+inline bool is_16bit_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 bool is_integral(DType t);  // integer types, bool excluded
 DType dtype_from_onnx(int32_t onnx_type);  // throws on types onnxtrain cannot hold
 

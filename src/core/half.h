@@ -134,6 +134,17 @@ inline float half_to_float(Half h) { return half_detail::float_from_bits(half_de
 inline float bfloat16_to_float(BHalf h) { return half_detail::float_from_bits(uint32_t{h.bits} << 16); }
 
 // To double without passing a float subnormal through the FPU (DAZ would zero it).
+// By type, for code templated on a 16-bit storage type: widened_to_float(Half or BHalf), and
+// rounded_from_float<Half or BHalf>(float).
+inline float widened_to_float(Half h) { return half_to_float(h); }
+inline float widened_to_float(BHalf h) { return bfloat16_to_float(h); }
+template <typename T>
+T rounded_from_float(float f);
+template <>
+inline Half rounded_from_float<Half>(float f) { return float_to_half(f); }
+template <>
+inline BHalf rounded_from_float<BHalf>(float f) { return float_to_bfloat16(f); }
+
 inline double half_to_double(Half h) { return static_cast<double>(half_to_float(h)); }
 inline double bfloat16_to_double(BHalf h) {
   if ((h.bits & 0x7f80) == 0 && (h.bits & 0x7f) != 0) {

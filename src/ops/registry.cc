@@ -46,7 +46,7 @@ bool OpRegistry::has_zero_gradient(const std::string& domain, const std::string&
 bool OpRegistry::add_native_16bit_floats(const std::string& domain, const std::string& op_type,
                                          std::vector<DType> types) {
   for (DType t : types)
-    OT_CHECK(t == DType::Float16 || t == DType::BFloat16, domain, "::", op_type, ": ", dtype_name(t),
+    OT_CHECK(is_16bit_float(t), domain, "::", op_type, ": ", dtype_name(t),
              " is not a 16-bit float type");
   auto& known = native_16bit_floats_[key(domain, op_type)];
   known.insert(known.end(), types.begin(), types.end());

@@ -27,9 +27,6 @@ struct Group {
   size_t first = 0;
 };
 
-bool is_half_type(DType d) { return d == DType::BFloat16 || d == DType::Float16; }
-bool is_float_type(DType d) { return d == DType::Float32 || d == DType::Float64 || is_half_type(d); }
-
 // The common float type of a node's inputs, or Undefined. Every op the kernel runs keeps its
 // input type, so the outputs of lowered nodes are typed here even where no value info says so.
 DType float_type_of(const Graph& g, const Node& n, const std::unordered_map<std::string, DType>& typed) {
@@ -38,7 +35,7 @@ DType float_type_of(const Graph& g, const Node& n, const std::unordered_map<std:
     auto known = typed.find(v);
     const ValueInfo* vi = g.info(v);
     const DType d = known != typed.end() ? known->second : vi ? vi->dtype : DType::Undefined;
-    if (!is_float_type(d)) return DType::Undefined;
+    if (!is_floating(d)) return DType::Undefined;
     if (t != DType::Undefined && d != t) return DType::Undefined;
     t = d;
   }
@@ -102,7 +99,7 @@ bool fuse_elementwise(Graph& graph) {
     const Group& g = groups[gi];
     // A lone op is worth a fused node only on 16-bit floats: its own kernel would run on float32
     // copies, the fused one reads and writes the 16-bit values directly.
-    if (g.members.size() < 2 && !is_half_type(g.dtype)) continue;
+    if (g.members.size() < 2 && !is_16bit_float(g.dtype)) continue;
     Node fusedn;
     fusedn.op_type = "FusedElementwise";
     fusedn.domain = kOnnxTrainDomain;

@@ -12,8 +12,6 @@ namespace onnxtrain {
 
 namespace {
 
-bool is_16bit_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
-
 // Rounds a float32 tensor to `to` in its own buffer: element i's 2 bytes land below element
 // i's 4, so no element is overwritten before it is read (the loop runs in order, unsplit).
 Tensor narrowed_in_place(Tensor t, DType to) {

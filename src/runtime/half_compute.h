@@ -4,7 +4,8 @@
 // its float32 outputs rounded back to the 16-bit type, once. That is PyTorch's CPU arithmetic for
 // these types: reductions and matmuls accumulate in float32, elementwise ops compute in float32,
 // and every op rounds its result once. Kernels that handle the 16-bit types themselves (data
-// movement, Cast, the random ops) are listed in half_compute.cc and run unchanged.
+// movement, Cast, the random ops, the bfloat16 products and convolutions, the fused elementwise
+// loops) say so in their own registration (ONNXTRAIN_NATIVE_16BIT_FLOATS) and run unchanged.
 #include "runtime/executor.h"
 
 namespace onnxtrain {

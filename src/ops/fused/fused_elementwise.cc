@@ -295,14 +295,10 @@ class FusedElementwiseKernel final : public Kernel {
     for (int64_t r : outputs_) blocked = blocked && reg_shapes[static_cast<size_t>(r)] == *joint;
     // 16-bit floats are read into float32 registers block by block and rounded once when written:
     // half the memory traffic of float32, and no widened copies.
-    if (dtype == DType::BFloat16) {
-      if (blocked) run_blocked<BHalf, float>(ctx, *joint, shapes);
-      else run_op_by_op_widened(ctx, reg_shapes);
-      return;
-    }
-    if (dtype == DType::Float16) {
-      if (blocked) run_blocked<Half, float>(ctx, *joint, shapes);
-      else run_op_by_op_widened(ctx, reg_shapes);
+    if (is_16bit_float(dtype)) {
+      if (!blocked) run_op_by_op_widened(ctx, reg_shapes);
+      else if (dtype == DType::BFloat16) run_blocked<BHalf, float>(ctx, *joint, shapes);
+      else run_blocked<Half, float>(ctx, *joint, shapes);
       return;
     }
     dispatch_float(dtype, "FusedElementwise", [&](auto tag) {
@@ -331,17 +327,6 @@ class FusedElementwiseKernel final : public Kernel {
     });
   }
 
-  // One value of a 16-bit float type into a float32 register, and back.
-  static float to_register(BHalf v) { return bfloat16_to_float(v); }
-  static float to_register(Half v) { return half_to_float(v); }
-  template <typename T>
-  static T to_register(T v) { return v; }
-  template <typename Storage, typename T>
-  static Storage from_register(T v) {
-    if constexpr (std::is_same_v<Storage, BHalf>) return float_to_bfloat16(v);
-    else if constexpr (std::is_same_v<Storage, Half>) return float_to_half(v);
-    else return v;
-  }
   // Every register materialized at its own shape, operands expanded to it: the general case.
   // `write(o, value)` makes output o from its register.
   template <typename T, typename Write>
@@ -409,10 +394,11 @@ class FusedElementwiseKernel final : public Kernel {
               reg[static_cast<size_t>(i)] = src + b0;
               continue;
             } else {
-              for (int64_t e = 0; e < len; ++e) dst[e] = to_register(src[b0 + e]);
+              for (int64_t e = 0; e < len; ++e) dst[e] = widened_to_float(src[b0 + e]);
             }
           } else {  // broadcast along the run: one value, spread over the block
-            std::fill(dst, dst + len, to_register(src[0]));
+            if constexpr (same) std::fill(dst, dst + len, src[0]);
+            else std::fill(dst, dst + len, widened_to_float(src[0]));
           }
           reg[static_cast<size_t>(i)] = dst;
         }
@@ -430,7 +416,7 @@ class FusedElementwiseKernel final : public Kernel {
           if constexpr (same) {
             std::memcpy(out, value, static_cast<size_t>(len) * sizeof(T));
           } else {
-            for (int64_t e = 0; e < len; ++e) out[e] = from_register<Storage>(value[e]);
+            for (int64_t e = 0; e < len; ++e) out[e] = rounded_from_float<Storage>(value[e]);
           }
         }
       }

@@ -80,7 +80,7 @@ class EyeLikeKernel final : public Kernel {
 // Numbers of any numeric type read as int64, floats truncated as a cast does (ONNX allows float
 // indices and depth).
 void as_int64(const Tensor& t, int64_t* out) {
-  if (t.dtype() == DType::Float16 || t.dtype() == DType::BFloat16) {
+  if (is_16bit_float(t.dtype())) {
     for (int64_t i = 0; i < t.numel(); ++i) out[i] = static_cast<int64_t>(t.item_as_double(i));
     return;
   }

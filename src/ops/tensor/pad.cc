@@ -137,7 +137,7 @@ class PadKernel final : public Kernel {
                v.str());
       return v;
     }
-    if (dtype == DType::Float16 || dtype == DType::BFloat16) {
+    if (is_16bit_float(dtype)) {
       OT_CHECK(value_ == 0.0f, "a non-zero pad value for ", dtype_name(dtype), " data is not supported");
       return Tensor::zeros(dtype, {});
     }

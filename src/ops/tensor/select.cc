@@ -21,7 +21,7 @@ void nonzero(KernelContext& ctx) {
   const int64_t chunks = std::max<int64_t>(1, (n + kChunk - 1) / kChunk);
   auto* count = static_cast<int64_t*>(ctx.scratch(static_cast<size_t>(chunks + 1) * sizeof(int64_t)));
   // float16 and bfloat16 are read as their bits: zero is +0 or -0, anything else (NaN too) is not.
-  const bool half = x.dtype() == DType::Float16 || x.dtype() == DType::BFloat16;
+  const bool half = is_16bit_float(x.dtype());
   dispatch_all(half ? DType::UInt16 : x.dtype(), "NonZero",
                [&](auto tag) {
                  using T = typename decltype(tag)::type;
