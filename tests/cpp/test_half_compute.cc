@@ -57,10 +57,10 @@ TEST(HalfCompute, TheOpsOwnRecordSaysWhichTypesItsKernelHandles) {
 }
 
 // Under autocast a BatchNorm sees a bfloat16 X (a convolution's output) with float32 statistics:
-// Y follows X and is rounded to bfloat16, the running statistics follow the float32 mean and var
-// and stay float32. The statistics are left undeclared here, so shape inference cannot type the
-// outputs and the schema's type constraints (T for X and Y, T2 for the statistics) must decide.
-TEST(HalfCompute, AnOutputWhoseSchemaTypeFollowsAFloat32InputStaysFloat32) {
+// Y follows X and stays bfloat16, the running statistics follow the float32 mean and var and stay
+// float32, though the graph leaves them undeclared (the kernel reads 16-bit X itself and writes
+// each output in its input's type).
+TEST(HalfCompute, BatchNormOfBfloat16DataKeepsItsStatisticsFloat32) {
   Graph g;
   g.inputs = {"x", "scale", "bias", "mean", "var"};
   g.outputs = {"y", "running_mean", "running_var"};
@@ -82,6 +82,23 @@ TEST(HalfCompute, AnOutputWhoseSchemaTypeFollowsAFloat32InputStaysFloat32) {
   EXPECT_FLOAT_EQ(out[1].data<float>()[1], 12.5f);
   // y = (x - mean) / sqrt(var + eps): the first channel's first value, -1.5 / sqrt(1.25).
   EXPECT_NEAR(bfloat16_to_float(out[0].data<BHalf>()[0]), -1.5 / std::sqrt(1.25 + 1e-5), 1e-2);
+}
+
+// A widened op's float32 result is rounded back to 16 bits only where its schema types the output
+// like a 16-bit input: Pow's Z follows its base X (T), not its exponent Y (T1). The output is left
+// undeclared, so shape inference cannot type it and the schema's constraints must decide.
+TEST(HalfCompute, AnOutputWhoseSchemaTypeFollowsAFloat32InputStaysFloat32) {
+  Graph g;
+  g.inputs = {"x", "e"};
+  g.outputs = {"z"};
+  g.value_info["e"] = {DType::BFloat16, std::vector<Dim>{{3, ""}}};
+  g.add_node(Node{"pow", "Pow", "", {"x", "e"}, {"z"}, {}});
+  InferenceSession session(g);
+  const auto out = session.run({Tensor::from_vector<float>({1.5f, 2.0f, 3.0f}, {3}), bfloat16_tensor({3}, {2, 3, 0.5f})}, 0);
+  ASSERT_EQ(out[0].dtype(), DType::Float32);
+  EXPECT_FLOAT_EQ(out[0].data<float>()[0], 2.25f);
+  EXPECT_FLOAT_EQ(out[0].data<float>()[1], 8.0f);
+  EXPECT_FLOAT_EQ(out[0].data<float>()[2], std::sqrt(3.0f));
 }
 
 TEST(HalfCompute, AWidenedOpRoundsItsOutputBackToTheInputsType) {

@@ -47,12 +47,15 @@ class BatchNormKernel final : public Kernel {
 
   void compute(KernelContext& ctx) const override {
     const Tensor& x = ctx.input(0);
-    dispatch_float(x.dtype(), "BatchNormalization", [&](auto tag) { run<typename decltype(tag)::type>(ctx); });
+    norm::dispatch_storage(x.dtype(), "BatchNormalization", [&](auto tag) { run<typename decltype(tag)::type>(ctx); });
   }
 
  private:
-  template <typename T>
+  // X and Y stored as S; the parameters and statistics in their own type (X's, or float32 beside
+  // a 16-bit X, as autocast keeps them), each output in its input's type.
+  template <typename S>
   void run(KernelContext& ctx) const {
+    using T = norm::Compute<S>;
     const Tensor& x = ctx.input(0);
     const ChannelLayout l = bn_layout(x, spatial_);
     const int64_t C = l.c;
@@ -66,10 +69,11 @@ class BatchNormKernel final : public Kernel {
     double* var = sc.take<double>(C);
     T* a = sc.take<T>(C);
     T* d = sc.take<T>(C);
-    norm::read_channel_param<T>(ctx.input(1), C, "scale", scale);
-    norm::read_channel_param<T>(ctx.input(2), C, "B", bias);
-    norm::read_channel_param<T>(ctx.input(3), C, flavor_ == Flavor::Onnx ? "input_mean" : "running_mean", in_mean);
-    norm::read_channel_param<T>(ctx.input(4), C, flavor_ == Flavor::Onnx ? "input_var" : "running_var", in_var);
+    const bool onnx = flavor_ == Flavor::Onnx;
+    norm::read_channel_param_for(ctx.input(1), x.dtype(), C, "scale", scale);
+    norm::read_channel_param_for(ctx.input(2), x.dtype(), C, "B", bias);
+    norm::read_channel_param_for(ctx.input(3), x.dtype(), C, onnx ? "input_mean" : "running_mean", in_mean);
+    norm::read_channel_param_for(ctx.input(4), x.dtype(), C, onnx ? "input_var" : "running_var", in_var);
 
     const int64_t count = l.per_channel();
     // An empty batch normalizes nothing and, as in PyTorch, leaves the running statistics alone.
@@ -82,7 +86,7 @@ class BatchNormKernel final : public Kernel {
       // unbiased variance of its running statistics would divide by zero.
       if (flavor_ == Flavor::TorchTraining)
         OT_CHECK(count > 1, "X ", x.str(), " has ", count, " value(s) per channel; training needs more than 1");
-      norm::channel_moments(ctx.threads(), x.data<T>(), l, mean, var);
+      norm::channel_moments(ctx.threads(), x.data<S>(), l, mean, var);
     } else {
       std::copy(in_mean, in_mean + C, mean);
       std::copy(in_var, in_var + C, var);
@@ -93,7 +97,7 @@ class BatchNormKernel final : public Kernel {
       d[c] = static_cast<T>(bias[c] - mean[c] * scale[c] * inv_std);
     }
     Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
-    norm::channel_affine<T>(ctx.threads(), l, x.data<T>(), nullptr, nullptr, a, nullptr, d, y.data<T>());
+    norm::channel_affine<S>(ctx.threads(), l, x.data<S>(), nullptr, nullptr, a, nullptr, d, y.data<S>());
     if (!training_) return;
 
     // Running statistics: ONNX's convention, running * momentum + batch * (1 - momentum). ONNX
@@ -104,9 +108,7 @@ class BatchNormKernel final : public Kernel {
     auto write = [&](int i, auto value_of) {
       if (!ctx.output_needed(i)) return;
       const Tensor& like = ctx.input(i == 1 || i == 3 ? 3 : 4);
-      Tensor& out = ctx.allocate_output(i, x.dtype(), like.shape());
-      T* p = out.data<T>();
-      for (int64_t c = 0; c < C; ++c) p[c] = static_cast<T>(value_of(c));
+      norm::write_channel_values(ctx.allocate_output(i, like.dtype(), like.shape()), C, value_of);
     };
     write(1, [&](int64_t c) { return in_mean[c] * mom + mean[c] * (1 - mom); });
     write(2, [&](int64_t c) { return in_var[c] * mom + var[c] * unbias * (1 - mom); });
@@ -192,8 +194,10 @@ void use_pytorch_batchnorm(Graph& graph, Node& node) {
     if (node.has_attr(name)) kept[name] = node.attrs.at(name);
   node.attrs = std::move(kept);
   const std::string base = node.outputs[0];
+  // The statistics it adds are of the running statistics' type: float32 beside autocast's 16-bit X.
+  const ValueInfo* running = node.has_input(3) ? graph.info(node.inputs[3]) : nullptr;
   const ValueInfo* y = graph.info(base);
-  const DType dtype = y ? y->dtype : DType::Undefined;
+  const DType dtype = running ? running->dtype : y ? y->dtype : DType::Undefined;
   node.outputs.resize(3);
   const char* suffixes[] = {"", "_running_mean", "_running_var", "_saved_mean", "_saved_inv_std"};
   for (size_t i = 1; i < 5; ++i) {
@@ -220,22 +224,25 @@ onnx::OpSchema batch_norm_training_schema() {
       .Attr("epsilon", "added to the variance", onnx::AttributeProto::FLOAT, 1e-5f)
       .Attr("momentum", "running = running * momentum + batch * (1 - momentum)", onnx::AttributeProto::FLOAT, 0.9f)
       .Input(0, "X", "N x C x ...", "T")
-      .Input(1, "scale", "C", "T")
-      .Input(2, "B", "C", "T")
-      .Input(3, "input_mean", "C", "T", onnx::OpSchema::Single, true, 1, onnx::OpSchema::NonDifferentiable)
-      .Input(4, "input_var", "C", "T", onnx::OpSchema::Single, true, 1, onnx::OpSchema::NonDifferentiable)
+      .Input(1, "scale", "C", "U")
+      .Input(2, "B", "C", "U")
+      .Input(3, "input_mean", "C", "U", onnx::OpSchema::Single, true, 1, onnx::OpSchema::NonDifferentiable)
+      .Input(4, "input_var", "C", "U", onnx::OpSchema::Single, true, 1, onnx::OpSchema::NonDifferentiable)
       .Output(0, "Y", "like X", "T")
-      .Output(1, "running_mean", "C", "T", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
-      .Output(2, "running_var", "C", "T", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
-      .Output(3, "saved_mean", "C", "T", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
-      .Output(4, "saved_inv_std", "C", "T", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
-      .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "float types")
+      .Output(1, "running_mean", "C", "U", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
+      .Output(2, "running_var", "C", "U", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
+      .Output(3, "saved_mean", "C", "U", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
+      .Output(4, "saved_inv_std", "C", "U", onnx::OpSchema::Optional, true, 1, onnx::OpSchema::NonDifferentiable)
+      .TypeConstraint("T", {"tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)"},
+                      "X's type: the kernel reads and writes 16-bit X itself, computing in float32")
+      .TypeConstraint("U", {"tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)"},
+                      "the parameters' and statistics' type: X's, or float32 beside a 16-bit X (autocast)")
       .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) {
         onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0);
         onnx::propagateShapeFromInputToOutput(ctx, 0, 0);
         for (size_t o = 1; o < ctx.getNumOutputs(); ++o) {
-          onnx::propagateElemTypeFromInputToOutput(ctx, 1, o);
-          onnx::propagateShapeFromInputToOutput(ctx, 1, o);
+          onnx::propagateElemTypeFromInputToOutput(ctx, 3, o);
+          onnx::propagateShapeFromInputToOutput(ctx, 3, o);
         }
       });
   return schema;
@@ -245,6 +252,8 @@ ONNXTRAIN_SCHEMA(batch_norm_training_schema());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BatchNormTraining", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
   return std::make_unique<BatchNormKernel>(info, Flavor::TorchTraining);
 });
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "BatchNormalization", kBothHalfFloats);
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "BatchNormTraining", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "BatchNormalization", batch_norm_gradient);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "BatchNormTraining", batch_norm_training_gradient);
 

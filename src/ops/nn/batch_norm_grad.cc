@@ -26,12 +26,15 @@ class BatchNormGradKernel final : public Kernel {
       : epsilon_(info.node.attr_float("epsilon", 1e-5f)), training_(info.node.attr_int("training_mode", 1) != 0) {}
 
   void compute(KernelContext& ctx) const override {
-    dispatch_float(ctx.input(1).dtype(), "BatchNormGrad", [&](auto tag) { run<typename decltype(tag)::type>(ctx); });
+    norm::dispatch_storage(ctx.input(1).dtype(), "BatchNormGrad", [&](auto tag) { run<typename decltype(tag)::type>(ctx); });
   }
 
  private:
-  template <typename T>
+  // dY, X and dX stored as S; scale, the statistics and their gradients in their own type (X's,
+  // or float32 beside a 16-bit X).
+  template <typename S>
   void run(KernelContext& ctx) const {
+    using T = norm::Compute<S>;
     const Tensor& dy = ctx.input(0);
     const Tensor& x = ctx.input(1);
     const Tensor& scale_t = ctx.input(2);
@@ -51,20 +54,20 @@ class BatchNormGradKernel final : public Kernel {
     T* tb = sc.take<T>(C);
     T* td = sc.take<T>(C);
     T* tshift = sc.take<T>(C);
-    norm::read_channel_param<T>(scale_t, C, "scale", scale);
+    norm::read_channel_param_for(scale_t, x.dtype(), C, "scale", scale);
 
     const bool have_stats = ctx.has_input(3) && ctx.has_input(4);
     OT_CHECK(training_ || have_stats, "inference mode needs the mean and var inputs");
     if (have_stats) {
-      norm::read_channel_param<T>(ctx.input(3), C, training_ ? "saved_mean" : "mean", mean);
-      norm::read_channel_param<T>(ctx.input(4), C, training_ ? "saved_inv_std" : "var", var);
+      norm::read_channel_param_for(ctx.input(3), x.dtype(), C, training_ ? "saved_mean" : "mean", mean);
+      norm::read_channel_param_for(ctx.input(4), x.dtype(), C, training_ ? "saved_inv_std" : "var", var);
       for (int64_t c = 0; c < C; ++c)
         inv_std[c] = training_ ? var[c] : 1.0 / std::sqrt(var[c] + static_cast<double>(epsilon_));
     } else {
-      norm::channel_moments(ctx.threads(), x.data<T>(), l, mean, var);
+      norm::channel_moments(ctx.threads(), x.data<S>(), l, mean, var);
       for (int64_t c = 0; c < C; ++c) inv_std[c] = 1.0 / std::sqrt(var[c] + static_cast<double>(epsilon_));
     }
-    norm::channel_grad_sums(ctx.threads(), dy.data<T>(), x.data<T>(), l, mean, sum_dy, sum_dy_xm);
+    norm::channel_grad_sums(ctx.threads(), dy.data<S>(), x.data<S>(), l, mean, sum_dy, sum_dy_xm);
 
     const double m = static_cast<double>(std::max<int64_t>(l.per_channel(), 1));
     for (int64_t c = 0; c < C; ++c) {
@@ -76,19 +79,18 @@ class BatchNormGradKernel final : public Kernel {
     }
     if (ctx.output_needed(0)) {
       Tensor& dx = ctx.allocate_output(0, x.dtype(), x.shape());
-      norm::channel_affine<T>(ctx.threads(), l, dy.data<T>(), training_ ? x.data<T>() : nullptr, tshift, ta, tb, td,
-                              dx.data<T>());
+      norm::channel_affine<S>(ctx.threads(), l, dy.data<S>(), training_ ? x.data<S>() : nullptr, tshift, ta, tb, td,
+                              dx.data<S>());
     }
-    auto write = [&](int i, const TensorShape& shape, auto value_of) {
+    auto write = [&](int i, const Tensor& like, auto value_of) {
       if (!ctx.output_needed(i)) return;
-      T* p = ctx.allocate_output(i, x.dtype(), shape).template data<T>();
-      for (int64_t c = 0; c < C; ++c) p[c] = static_cast<T>(value_of(c));
+      norm::write_channel_values(ctx.allocate_output(i, like.dtype(), like.shape()), C, value_of);
     };
-    write(1, scale_t.shape(), [&](int64_t c) { return inv_std[c] * sum_dy_xm[c]; });
-    write(2, scale_t.shape(), [&](int64_t c) { return sum_dy[c]; });
+    write(1, scale_t, [&](int64_t c) { return inv_std[c] * sum_dy_xm[c]; });
+    write(2, scale_t, [&](int64_t c) { return sum_dy[c]; });
     if (!training_) {
-      write(3, ctx.input(3).shape(), [&](int64_t c) { return -scale[c] * inv_std[c] * sum_dy[c]; });
-      write(4, ctx.input(4).shape(), [&](int64_t c) {
+      write(3, ctx.input(3), [&](int64_t c) { return -scale[c] * inv_std[c] * sum_dy[c]; });
+      write(4, ctx.input(4), [&](int64_t c) {
         return -0.5 * scale[c] * inv_std[c] * inv_std[c] * inv_std[c] * sum_dy_xm[c];
       });
     }
@@ -101,5 +103,6 @@ class BatchNormGradKernel final : public Kernel {
 }  // namespace
 
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BatchNormGrad", kernel_factory<BatchNormGradKernel>());
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "BatchNormGrad", kBothHalfFloats);
 
 }  // namespace onnxtrain

@@ -1,11 +1,17 @@
 #pragma once
 // Shared pieces of the normalization kernels (BatchNormalization, LayerNormalization,
 // InstanceNormalization): vectorizable row sums and the N x C x spatial view of a tensor.
+//
+// The channel functions take the data in its storage type S: float, double, or a 16-bit float
+// (Half, BHalf) that is widened to float32 as it is read and rounded once as it is written, so a
+// 16-bit tensor moves 2 bytes per element instead of a widened copy's 4 written and read again.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
+#include "core/half.h"
 #include "core/tensor.h"
 #include "ops/common/elementwise.h"
 #include "runtime/thread_pool.h"
@@ -23,6 +29,23 @@ namespace onnxtrain::norm {
 // `[&](auto at) { auto d = at(x) - m; return d * d; }`.
 inline constexpr int64_t kBlock = 2048;
 
+template <typename S>
+inline constexpr bool kSixteenBit = std::is_same_v<S, Half> || std::is_same_v<S, BHalf>;
+// The type a value stored as S is computed in.
+template <typename S>
+using Compute = std::conditional_t<kSixteenBit<S>, float, S>;
+
+template <typename S>
+Compute<S> load(S v) {
+  if constexpr (kSixteenBit<S>) return widened_to_float(v);
+  else return v;
+}
+template <typename S>
+S store(Compute<S> v) {
+  if constexpr (kSixteenBit<S>) return rounded_from_float<S>(v);
+  else return v;
+}
+
 template <typename T>
 struct Lanes {
   static constexpr int64_t kCount = 64 / static_cast<int64_t>(sizeof(T));
@@ -34,10 +57,15 @@ struct Lanes {
   }
 };
 
+// An accessor reads T, or a 16-bit float widened to T = float.
 template <typename T>
 struct ElementAt {
   int64_t i;
   T operator()(const T* p) const { return p[i]; }
+  template <typename S, typename = std::enable_if_t<kSixteenBit<S>>>
+  T operator()(const S* p) const {
+    return load(p[i]);
+  }
 };
 
 template <typename T>
@@ -46,6 +74,24 @@ struct VectorAt {
   typename Lanes<T>::Vec operator()(const T* p) const {
     typename Lanes<T>::Vec v;
     std::memcpy(&v, p + i, sizeof v);
+    return v;
+  }
+  // bfloat16 is float32's top half: widen the bits as integers, then view them as floats.
+  typename Lanes<T>::Vec operator()(const BHalf* p) const {
+    static_assert(std::is_same_v<T, float>, "16-bit storage computes in float");
+    typedef uint16_t Bits16 __attribute__((vector_size(32)));  // float's 16 lanes
+    typedef uint32_t Bits32 __attribute__((vector_size(64)));
+    Bits16 narrow;
+    std::memcpy(&narrow, p + i, sizeof narrow);
+    const Bits32 wide = __builtin_convertvector(narrow, Bits32) << 16;
+    typename Lanes<T>::Vec v;
+    std::memcpy(&v, &wide, sizeof v);
+    return v;
+  }
+  typename Lanes<T>::Vec operator()(const Half* p) const {
+    static_assert(std::is_same_v<T, float>, "16-bit storage computes in float");
+    typename Lanes<T>::Vec v{};
+    for (int64_t k = 0; k < Lanes<T>::kCount; ++k) v[k] = widened_to_float(p[i + k]);
     return v;
   }
 };
@@ -134,8 +180,9 @@ inline ChannelLayout channel_layout(const TensorShape& x) {
 
 // Per-channel mean and biased variance of X read as N x C x S, accumulated in double. Channels
 // are independent, so the split over threads does not change the result.
-template <typename T>
-void channel_moments(ThreadPool& pool, const T* x, const ChannelLayout& l, double* mean, double* var) {
+template <typename S>
+void channel_moments(ThreadPool& pool, const S* x, const ChannelLayout& l, double* mean, double* var) {
+  using T = Compute<S>;
   const int64_t count = l.per_channel();
   const double inv_count = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
   if (l.s == 1) {
@@ -146,14 +193,14 @@ void channel_moments(ThreadPool& pool, const T* x, const ChannelLayout& l, doubl
       double* v = var + c0;
       for (int64_t j = 0; j < w; ++j) m[j] = v[j] = 0;
       for (int64_t n = 0; n < l.n; ++n) {
-        const T* row = x + n * l.c + c0;
-        for (int64_t j = 0; j < w; ++j) m[j] += static_cast<double>(row[j]);
+        const S* row = x + n * l.c + c0;
+        for (int64_t j = 0; j < w; ++j) m[j] += static_cast<double>(load(row[j]));
       }
       for (int64_t j = 0; j < w; ++j) m[j] *= inv_count;
       for (int64_t n = 0; n < l.n; ++n) {
-        const T* row = x + n * l.c + c0;
+        const S* row = x + n * l.c + c0;
         for (int64_t j = 0; j < w; ++j) {
-          const double d = static_cast<double>(row[j]) - m[j];
+          const double d = static_cast<double>(load(row[j])) - m[j];
           v[j] += d * d;
         }
       }
@@ -165,14 +212,14 @@ void channel_moments(ThreadPool& pool, const T* x, const ChannelLayout& l, doubl
     for (int64_t c = c0; c < c1; ++c) {
       double sum = 0;
       for (int64_t n = 0; n < l.n; ++n) {
-        const T* row = x + (n * l.c + c) * l.s;
+        const S* row = x + (n * l.c + c) * l.s;
         sum += row_sum<T>(l.s, [row](auto at) { return at(row); });
       }
       mean[c] = sum * inv_count;
       const T m = static_cast<T>(mean[c]);
       double sq = 0;
       for (int64_t n = 0; n < l.n; ++n) {
-        const T* row = x + (n * l.c + c) * l.s;
+        const S* row = x + (n * l.c + c) * l.s;
         sq += row_sum<T>(l.s, [row, m](auto at) {
           const auto d = at(row) - m;
           return d * d;
@@ -184,9 +231,10 @@ void channel_moments(ThreadPool& pool, const T* x, const ChannelLayout& l, doubl
 }
 
 // Per-channel sum(dy) and sum(dy * (x - mean[c])): what every normalization gradient needs.
-template <typename T>
-void channel_grad_sums(ThreadPool& pool, const T* dy, const T* x, const ChannelLayout& l, const double* mean,
+template <typename S>
+void channel_grad_sums(ThreadPool& pool, const S* dy, const S* x, const ChannelLayout& l, const double* mean,
                        double* sum_dy, double* sum_dy_xm) {
+  using T = Compute<S>;
   const int64_t count = l.per_channel();
   if (l.s == 1) {
     pool.parallel_for(l.c, std::max<int64_t>(16, kParallelGrain / std::max<int64_t>(l.n, 1)), [&](int64_t c0, int64_t c1) {
@@ -196,12 +244,12 @@ void channel_grad_sums(ThreadPool& pool, const T* dy, const T* x, const ChannelL
       const double* m = mean + c0;
       for (int64_t j = 0; j < w; ++j) a[j] = b[j] = 0;
       for (int64_t n = 0; n < l.n; ++n) {
-        const T* g = dy + n * l.c + c0;
-        const T* xr = x + n * l.c + c0;
+        const S* g = dy + n * l.c + c0;
+        const S* xr = x + n * l.c + c0;
         for (int64_t j = 0; j < w; ++j) {
-          const double gd = static_cast<double>(g[j]);
+          const double gd = static_cast<double>(load(g[j]));
           a[j] += gd;
-          b[j] += gd * (static_cast<double>(xr[j]) - m[j]);
+          b[j] += gd * (static_cast<double>(load(xr[j])) - m[j]);
         }
       }
     });
@@ -213,8 +261,8 @@ void channel_grad_sums(ThreadPool& pool, const T* dy, const T* x, const ChannelL
       double a = 0, b = 0;
       for (int64_t n = 0; n < l.n; ++n) {
         const int64_t base = (n * l.c + c) * l.s;
-        const T* g = dy + base;
-        const T* xr = x + base;
+        const S* g = dy + base;
+        const S* xr = x + base;
         double ra, rb;
         row_sum2<T>(l.s, [g](auto at) { return at(g); }, [g, xr, m](auto at) { return at(g) * (at(xr) - m); }, ra, rb);
         a += ra;
@@ -227,21 +275,23 @@ void channel_grad_sums(ThreadPool& pool, const T* dy, const T* x, const ChannelL
 }
 
 // out = a[c] * u + b[c] * (v - shift[c]) + d[c] elementwise, c the channel; v == nullptr drops the
-// middle term. Subtracting the shift before scaling keeps precision when |mean| >> std.
-template <typename T>
-void channel_affine(ThreadPool& pool, const ChannelLayout& l, const T* u, const T* v, const T* shift, const T* a,
-                    const T* b, const T* d, T* out) {
+// middle term. Subtracting the shift before scaling keeps precision when |mean| >> std. u, v and
+// out are stored as S, the coefficients are S's compute type T.
+template <typename S>
+void channel_affine(ThreadPool& pool, const ChannelLayout& l, const S* u, const S* v, const Compute<S>* shift,
+                    const Compute<S>* a, const Compute<S>* b, const Compute<S>* d, S* out) {
+  using T = Compute<S>;
   if (l.s == 1) {
     pool.parallel_for(l.n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(l.c, 1)), [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) {
         const int64_t base = n * l.c;
-        const T* ur = u + base;
-        T* o = out + base;
+        const S* ur = u + base;
+        S* o = out + base;
         if (v) {
-          const T* vr = v + base;
-          for (int64_t c = 0; c < l.c; ++c) o[c] = a[c] * ur[c] + b[c] * (vr[c] - shift[c]) + d[c];
+          const S* vr = v + base;
+          for (int64_t c = 0; c < l.c; ++c) o[c] = store<S>(a[c] * load(ur[c]) + b[c] * (load(vr[c]) - shift[c]) + d[c]);
         } else {
-          for (int64_t c = 0; c < l.c; ++c) o[c] = a[c] * ur[c] + d[c];
+          for (int64_t c = 0; c < l.c; ++c) o[c] = store<S>(a[c] * load(ur[c]) + d[c]);
         }
       }
     });
@@ -251,14 +301,14 @@ void channel_affine(ThreadPool& pool, const ChannelLayout& l, const T* u, const 
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c = r % l.c, base = r * l.s;
       const T ac = a[c], dc = d[c];
-      const T* ur = u + base;
-      T* o = out + base;
+      const S* ur = u + base;
+      S* o = out + base;
       if (v) {
         const T bc = b[c], sc = shift[c];
-        const T* vr = v + base;
-        for (int64_t i = 0; i < l.s; ++i) o[i] = ac * ur[i] + bc * (vr[i] - sc) + dc;
+        const S* vr = v + base;
+        for (int64_t i = 0; i < l.s; ++i) o[i] = store<S>(ac * load(ur[i]) + bc * (load(vr[i]) - sc) + dc);
       } else {
-        for (int64_t i = 0; i < l.s; ++i) o[i] = ac * ur[i] + dc;
+        for (int64_t i = 0; i < l.s; ++i) o[i] = store<S>(ac * load(ur[i]) + dc);
       }
     }
   });
@@ -272,6 +322,44 @@ void read_channel_param(const Tensor& t, int64_t c, const char* name, double* ou
            dtype_name(DTypeOf<T>::value), "; mixed element types are not supported");
   const T* p = t.data<T>();
   for (int64_t i = 0; i < c; ++i) out[i] = static_cast<double>(p[i]);
+}
+
+// Reads a per-channel parameter as double: of X's type, or float32 beside 16-bit X (autocast keeps
+// a normalization's parameters and statistics in float32 while its data is bfloat16 or float16).
+inline void read_channel_param_for(const Tensor& t, DType x_type, int64_t c, const char* name, double* out) {
+  const bool allowed = t.dtype() == x_type || (is_16bit_float(x_type) && t.dtype() == DType::Float32);
+  OT_CHECK(allowed, name, " has element type ", dtype_name(t.dtype()), ", X has ", dtype_name(x_type),
+           is_16bit_float(x_type) ? "; a 16-bit X takes parameters of its own type or float32"
+                                  : "; mixed element types are not supported");
+  OT_CHECK(t.numel() == c, name, " must have one value per channel (", c, "), got ", t.str());
+  switch (t.dtype()) {
+    case DType::Float64: read_channel_param<double>(t, c, name, out); break;
+    case DType::Float32: read_channel_param<float>(t, c, name, out); break;
+    case DType::Float16: for (int64_t i = 0; i < c; ++i) out[i] = half_to_double(t.data<Half>()[i]); break;
+    default: for (int64_t i = 0; i < c; ++i) out[i] = bfloat16_to_double(t.data<BHalf>()[i]); break;
+  }
+}
+
+// Writes value_of(i), a double, into out's C elements, rounded once to out's element type.
+template <typename F>
+void write_channel_values(Tensor& out, int64_t c, F value_of) {
+  switch (out.dtype()) {
+    case DType::Float64: for (int64_t i = 0; i < c; ++i) out.data<double>()[i] = value_of(i); break;
+    case DType::Float32: for (int64_t i = 0; i < c; ++i) out.data<float>()[i] = static_cast<float>(value_of(i)); break;
+    case DType::Float16: for (int64_t i = 0; i < c; ++i) out.data<Half>()[i] = double_to_half(value_of(i)); break;
+    case DType::BFloat16: for (int64_t i = 0; i < c; ++i) out.data<BHalf>()[i] = double_to_bfloat16(value_of(i)); break;
+    default: OT_THROW("internal: a per-channel output of type ", dtype_name(out.dtype()));
+  }
+}
+
+// X's element type as the storage tag fn is called with: float, double, Half or BHalf.
+template <typename Fn>
+decltype(auto) dispatch_storage(DType t, const char* what, Fn&& fn) {
+  switch (t) {
+    case DType::Float16: return fn(TypeTag<Half>{});
+    case DType::BFloat16: return fn(TypeTag<BHalf>{});
+    default: return dispatch_float(t, what, std::forward<Fn>(fn));
+  }
 }
 
 // Carves 64-byte aligned pieces out of one scratch block (a kernel gets one per call).
