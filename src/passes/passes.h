@@ -18,6 +18,10 @@ bool eliminate_common_subexpressions(Graph& graph);
 // (Shape of a static value; Gather and Slice of a Shape along static dims).
 bool fold_constants(Graph& graph);
 
+// cast_folding.cc: a Cast to its input's own type, and the second Cast of an exact widening cast
+// back (bfloat16 -> float32 -> bfloat16), are read through: their readers read the original value.
+bool fold_casts(Graph& graph);
+
 // if_inlining.cc: an If whose condition is constant becomes the nodes of the branch it takes.
 bool inline_constant_ifs(Graph& graph);
 

@@ -25,6 +25,7 @@ void optimize_before_autodiff(Graph& graph, int level) {
     changed = inline_constant_ifs(graph) || changed;
     changed = eliminate_common_subexpressions(graph) || changed;
     changed = fold_transposes_into_matmul(graph) || changed;
+    changed = fold_casts(graph) || changed;
     changed = eliminate_dead_nodes(graph) || changed;
     if (!changed) break;
   }
@@ -38,6 +39,7 @@ void prepare_for_autodiff(Graph& graph, int level) {
 void optimize_after_autodiff(Graph& graph, int level) {
   if (resolve_opt_level(level) == 0) return;
   eliminate_common_subexpressions(graph);
+  fold_casts(graph);  // the gradient rules' Casts back to a type the value already has
   eliminate_dead_nodes(graph);
   share_softmax_statistics(graph);
   fuse_matmul_bias(graph);  // before elementwise fusion, which would take the Add
