@@ -8,6 +8,7 @@
 // it fits), infinities stay infinite, values past the largest finite one become infinite.
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/dtype.h"
 
@@ -144,6 +145,24 @@ template <>
 inline Half rounded_from_float<Half>(float f) { return float_to_half(f); }
 template <>
 inline BHalf rounded_from_float<BHalf>(float f) { return float_to_bfloat16(f); }
+
+// For kernels templated on a storage type S (float, double, Half, BHalf): the type a value stored
+// as S is computed in, widened_from(v) to read it, rounded_to<S>(v) to write it once. Identities
+// for float and double, so one loop serves all four.
+template <typename S>
+inline constexpr bool kIs16BitFloat = std::is_same_v<S, Half> || std::is_same_v<S, BHalf>;
+template <typename S>
+using ComputeType = std::conditional_t<kIs16BitFloat<S>, float, S>;
+template <typename S>
+ComputeType<S> widened_from(S v) {
+  if constexpr (kIs16BitFloat<S>) return widened_to_float(v);
+  else return v;
+}
+template <typename S>
+S rounded_to(ComputeType<S> v) {
+  if constexpr (kIs16BitFloat<S>) return rounded_from_float<S>(v);
+  else return v;
+}
 
 inline double half_to_double(Half h) { return static_cast<double>(half_to_float(h)); }
 inline double bfloat16_to_double(BHalf h) {

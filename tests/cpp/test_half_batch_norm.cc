@@ -11,30 +11,17 @@
 #include <string>
 #include <vector>
 
-#include "core/half.h"
 #include "ops/registry.h"
-#include "session/training_session.h"
+#include "tests/cpp/half_testing.h"
 
 namespace onnxtrain {
 namespace {
 
+using half_testing::expect_rounded_once;
+using half_testing::random_sixteen;
+using half_testing::value_at;
+
 constexpr double kEpsilon = 1e-5;
-
-struct Sixteen {
-  DType type;
-  int mantissa_bits;  // stored bits after the point: 7 for bfloat16, 10 for float16
-};
-
-Tensor random_sixteen(DType type, const TensorShape& shape, std::mt19937& gen, float mean, float stddev) {
-  std::normal_distribution<float> normal(mean, stddev);
-  Tensor t = Tensor::empty(type, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const float v = normal(gen);
-    if (type == DType::BFloat16) t.data<BHalf>()[i] = float_to_bfloat16(v);
-    else t.data<Half>()[i] = float_to_half(v);
-  }
-  return t;
-}
 
 Tensor random_float(int64_t n, std::mt19937& gen, float low, float high) {
   std::uniform_real_distribution<float> uniform(low, high);
@@ -43,41 +30,9 @@ Tensor random_float(int64_t n, std::mt19937& gen, float low, float high) {
   return Tensor::from_vector<float>(v, {n});
 }
 
-double at(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::BFloat16: return bfloat16_to_double(t.data<BHalf>()[i]);
-    case DType::Float16: return half_to_double(t.data<Half>()[i]);
-    default: return t.item_as_double(i);
-  }
-}
-
-// The spacing of the 16-bit type's values at |v| (normal range).
-double rounding_step(double v, int mantissa_bits) {
-  return std::ldexp(1.0, std::ilogb(std::max(std::fabs(v), 1e-30)) - mantissa_bits);
-}
-
-std::vector<Dim> dims(const TensorShape& s) {
-  std::vector<Dim> d;
-  for (int64_t i = 0; i < s.rank(); ++i) d.push_back({s[i], ""});
-  return d;
-}
-
 std::vector<Tensor> run_node(const std::string& op, const AttributeMap& attrs,
                              const std::vector<std::pair<std::string, Tensor>>& inputs, size_t outputs) {
-  Graph g;
-  std::vector<Tensor> values;
-  std::vector<std::string> names;
-  for (const auto& [name, t] : inputs) {
-    g.inputs.push_back(name);
-    g.value_info[name] = {t.dtype(), dims(t.shape())};
-    names.push_back(name);
-    values.push_back(t);
-  }
-  std::vector<std::string> outs;
-  for (size_t i = 0; i < outputs; ++i) outs.push_back("out" + std::to_string(i));
-  g.outputs = outs;
-  g.add_node(Node{"bn", op, kOnnxTrainDomain, names, outs, attrs});
-  return InferenceSession(g).run(values, 0);
+  return half_testing::run_node(op, kOnnxTrainDomain, attrs, inputs, outputs);
 }
 
 // Per channel of X [N, C, S...]: batch mean and 1 / sqrt(biased variance + epsilon), in double.
@@ -95,29 +50,20 @@ Moments moments(const Tensor& x) {
   for (int64_t ch = 0; ch < c; ++ch) {
     double sum = 0, sq = 0;
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t k = 0; k < s; ++k) sum += at(x, (i * c + ch) * s + k);
+      for (int64_t k = 0; k < s; ++k) sum += value_at(x, (i * c + ch) * s + k);
     const double mean = sum / static_cast<double>(m.count);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t k = 0; k < s; ++k) sq += std::pow(at(x, (i * c + ch) * s + k) - mean, 2);
+      for (int64_t k = 0; k < s; ++k) sq += std::pow(value_at(x, (i * c + ch) * s + k) - mean, 2);
     m.mean[static_cast<size_t>(ch)] = mean;
     m.inv_std[static_cast<size_t>(ch)] = 1.0 / std::sqrt(sq / static_cast<double>(m.count) + kEpsilon);
   }
   return m;
 }
 
-void expect_rounded_once(const Tensor& actual, DType type, int bits, double exact, double term_scale, int64_t i,
-                            const std::string& what) {
-  ASSERT_EQ(actual.dtype(), type) << what;
-  // One rounding to nearest of the float32 result, which is itself off by float32's error on its
-  // terms: half a step, and a little (truncating instead of rounding fails this).
-  const double allowed = 0.5 * rounding_step(exact, bits) + 1e-6 * term_scale;
-  EXPECT_NEAR(at(actual, i), exact, allowed) << what << " element " << i;
-}
-
-void check_batch_norm(Sixteen t, const TensorShape& shape, std::mt19937& gen, const std::string& name) {
+void check_batch_norm(DType type, const TensorShape& shape, std::mt19937& gen, const std::string& name) {
   const int64_t n = shape[0], c = shape[1], s = shape.numel() / (n * c);
   // A mean far from zero: the kernels subtract it before scaling.
-  const Tensor x = random_sixteen(t.type, shape, gen, 3.0f, 2.0f);
+  const Tensor x = random_sixteen(type, shape, gen, 3.0f, 2.0f);
   const Tensor scale = random_float(c, gen, 0.5f, 1.5f), bias = random_float(c, gen, -1.0f, 1.0f);
   const Tensor running_mean = random_float(c, gen, -0.1f, 0.1f), running_var = random_float(c, gen, 0.9f, 1.1f);
   const AttributeMap attrs{{"epsilon", Attribute::of_float(static_cast<float>(kEpsilon))},
@@ -130,19 +76,20 @@ void check_batch_norm(Sixteen t, const TensorShape& shape, std::mt19937& gen, co
   for (int64_t ch = 0; ch < c; ++ch) {
     const size_t k = static_cast<size_t>(ch);
     const double var = 1.0 / (m.inv_std[k] * m.inv_std[k]) - kEpsilon;
-    EXPECT_NEAR(at(fwd[1], ch), 0.9 * at(running_mean, ch) + 0.1 * m.mean[k], 1e-6) << name << " running_mean";
-    EXPECT_NEAR(at(fwd[2], ch), 0.9 * at(running_var, ch) + 0.1 * var * unbias, 1e-5) << name << " running_var";
-    EXPECT_NEAR(at(fwd[3], ch), m.mean[k], 1e-6 * std::fabs(m.mean[k])) << name << " saved_mean";
-    EXPECT_NEAR(at(fwd[4], ch), m.inv_std[k], 1e-6 * m.inv_std[k]) << name << " saved_inv_std";
+    EXPECT_NEAR(value_at(fwd[1], ch), 0.9 * value_at(running_mean, ch) + 0.1 * m.mean[k], 1e-6) << name << " running_mean";
+    EXPECT_NEAR(value_at(fwd[2], ch), 0.9 * value_at(running_var, ch) + 0.1 * var * unbias, 1e-5) << name << " running_var";
+    EXPECT_NEAR(value_at(fwd[3], ch), m.mean[k], 1e-6 * std::fabs(m.mean[k])) << name << " saved_mean";
+    EXPECT_NEAR(value_at(fwd[4], ch), m.inv_std[k], 1e-6 * m.inv_std[k]) << name << " saved_inv_std";
   }
   for (int64_t i = 0; i < x.numel(); ++i) {
     const size_t ch = static_cast<size_t>((i / s) % c);
-    const double xhat = (at(x, i) - m.mean[ch]) * m.inv_std[ch];
-    const double y = at(scale, static_cast<int64_t>(ch)) * xhat + at(bias, static_cast<int64_t>(ch));
-    expect_rounded_once(fwd[0], t.type, t.mantissa_bits, y, std::fabs(y) + 2.0, i, name + " Y");
+    const double xhat = (value_at(x, i) - m.mean[ch]) * m.inv_std[ch];
+    const double y = value_at(scale, static_cast<int64_t>(ch)) * xhat + value_at(bias, static_cast<int64_t>(ch));
+    ASSERT_EQ(fwd[0].dtype(), type);
+    expect_rounded_once(fwd[0], y, std::fabs(y) + 2.0, i, name + " Y");
   }
 
-  const Tensor dy = random_sixteen(t.type, shape, gen, 0.0f, 1.0f);
+  const Tensor dy = random_sixteen(type, shape, gen, 0.0f, 1.0f);
   const auto bwd = run_node("BatchNormGrad", {{"epsilon", Attribute::of_float(static_cast<float>(kEpsilon))}},
                             {{"dy", dy}, {"x", x}, {"scale", scale}, {"mean", fwd[3]}, {"inv_std", fwd[4]}}, 3);
   ASSERT_EQ(bwd[1].dtype(), DType::Float32) << name << " dscale";
@@ -150,23 +97,24 @@ void check_batch_norm(Sixteen t, const TensorShape& shape, std::mt19937& gen, co
   std::vector<double> sum_dy(static_cast<size_t>(c), 0.0), sum_dy_xhat(static_cast<size_t>(c), 0.0);
   for (int64_t i = 0; i < x.numel(); ++i) {
     const size_t ch = static_cast<size_t>((i / s) % c);
-    sum_dy[ch] += at(dy, i);
-    sum_dy_xhat[ch] += at(dy, i) * (at(x, i) - m.mean[ch]) * m.inv_std[ch];
+    sum_dy[ch] += value_at(dy, i);
+    sum_dy_xhat[ch] += value_at(dy, i) * (value_at(x, i) - m.mean[ch]) * m.inv_std[ch];
   }
   for (int64_t ch = 0; ch < c; ++ch) {
     const size_t k = static_cast<size_t>(ch);
     const double tolerance = 1e-5 * std::sqrt(static_cast<double>(m.count));
-    EXPECT_NEAR(at(bwd[1], ch), sum_dy_xhat[k], tolerance) << name << " dscale";
-    EXPECT_NEAR(at(bwd[2], ch), sum_dy[k], tolerance) << name << " dB";
+    EXPECT_NEAR(value_at(bwd[1], ch), sum_dy_xhat[k], tolerance) << name << " dscale";
+    EXPECT_NEAR(value_at(bwd[2], ch), sum_dy[k], tolerance) << name << " dB";
   }
   const double count = static_cast<double>(m.count);
   for (int64_t i = 0; i < x.numel(); ++i) {
     const size_t ch = static_cast<size_t>((i / s) % c);
-    const double xhat = (at(x, i) - m.mean[ch]) * m.inv_std[ch];
-    const double k = at(scale, static_cast<int64_t>(ch)) * m.inv_std[ch];
-    const double terms = std::fabs(at(dy, i)) + std::fabs(sum_dy[ch] / count) + std::fabs(xhat * sum_dy_xhat[ch] / count);
-    const double dx = k * (at(dy, i) - sum_dy[ch] / count - xhat * sum_dy_xhat[ch] / count);
-    expect_rounded_once(bwd[0], t.type, t.mantissa_bits, dx, std::fabs(k) * terms, i, name + " dX");
+    const double xhat = (value_at(x, i) - m.mean[ch]) * m.inv_std[ch];
+    const double k = value_at(scale, static_cast<int64_t>(ch)) * m.inv_std[ch];
+    const double terms = std::fabs(value_at(dy, i)) + std::fabs(sum_dy[ch] / count) + std::fabs(xhat * sum_dy_xhat[ch] / count);
+    const double dx = k * (value_at(dy, i) - sum_dy[ch] / count - xhat * sum_dy_xhat[ch] / count);
+    ASSERT_EQ(bwd[0].dtype(), type);
+    expect_rounded_once(bwd[0], dx, std::fabs(k) * terms, i, name + " dX");
   }
 }
 
@@ -185,9 +133,8 @@ TEST(HalfBatchNorm, StatisticsStayFloat32AndEachDataOutputIsRoundedOnce) {
       {16, 5},         // N x C: the column path
       {3, 4, 1},       // one value per row
   };
-  for (const Sixteen t : {Sixteen{DType::BFloat16, 7}, Sixteen{DType::Float16, 10}})
-    for (const TensorShape& shape : shapes)
-      check_batch_norm(t, shape, gen, std::string(dtype_name(t.type)) + " " + shape.str());
+  for (const DType type : {DType::BFloat16, DType::Float16})
+    for (const TensorShape& shape : shapes) check_batch_norm(type, shape, gen, std::string(dtype_name(type)) + " " + shape.str());
 }
 
 // A 16-bit X takes parameters of its own type or float32; anything else is refused by name.

@@ -55,7 +55,7 @@ class BatchNormKernel final : public Kernel {
   // a 16-bit X, as autocast keeps them), each output in its input's type.
   template <typename S>
   void run(KernelContext& ctx) const {
-    using T = norm::Compute<S>;
+    using T = ComputeType<S>;
     const Tensor& x = ctx.input(0);
     const ChannelLayout l = bn_layout(x, spatial_);
     const int64_t C = l.c;

@@ -34,7 +34,7 @@ class BatchNormGradKernel final : public Kernel {
   // or float32 beside a 16-bit X).
   template <typename S>
   void run(KernelContext& ctx) const {
-    using T = norm::Compute<S>;
+    using T = ComputeType<S>;
     const Tensor& dy = ctx.input(0);
     const Tensor& x = ctx.input(1);
     const Tensor& scale_t = ctx.input(2);

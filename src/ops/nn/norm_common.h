@@ -29,22 +29,7 @@ namespace onnxtrain::norm {
 // `[&](auto at) { auto d = at(x) - m; return d * d; }`.
 inline constexpr int64_t kBlock = 2048;
 
-template <typename S>
-inline constexpr bool kSixteenBit = std::is_same_v<S, Half> || std::is_same_v<S, BHalf>;
-// The type a value stored as S is computed in.
-template <typename S>
-using Compute = std::conditional_t<kSixteenBit<S>, float, S>;
-
-template <typename S>
-Compute<S> load(S v) {
-  if constexpr (kSixteenBit<S>) return widened_to_float(v);
-  else return v;
-}
-template <typename S>
-S store(Compute<S> v) {
-  if constexpr (kSixteenBit<S>) return rounded_from_float<S>(v);
-  else return v;
-}
+using onnxtrain::ComputeType;  // float for 16-bit storage S, else S (core/half.h)
 
 template <typename T>
 struct Lanes {
@@ -62,9 +47,9 @@ template <typename T>
 struct ElementAt {
   int64_t i;
   T operator()(const T* p) const { return p[i]; }
-  template <typename S, typename = std::enable_if_t<kSixteenBit<S>>>
+  template <typename S, typename = std::enable_if_t<kIs16BitFloat<S>>>
   T operator()(const S* p) const {
-    return load(p[i]);
+    return widened_from(p[i]);
   }
 };
 
@@ -182,7 +167,7 @@ inline ChannelLayout channel_layout(const TensorShape& x) {
 // are independent, so the split over threads does not change the result.
 template <typename S>
 void channel_moments(ThreadPool& pool, const S* x, const ChannelLayout& l, double* mean, double* var) {
-  using T = Compute<S>;
+  using T = ComputeType<S>;
   const int64_t count = l.per_channel();
   const double inv_count = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
   if (l.s == 1) {
@@ -194,13 +179,13 @@ void channel_moments(ThreadPool& pool, const S* x, const ChannelLayout& l, doubl
       for (int64_t j = 0; j < w; ++j) m[j] = v[j] = 0;
       for (int64_t n = 0; n < l.n; ++n) {
         const S* row = x + n * l.c + c0;
-        for (int64_t j = 0; j < w; ++j) m[j] += static_cast<double>(load(row[j]));
+        for (int64_t j = 0; j < w; ++j) m[j] += static_cast<double>(widened_from(row[j]));
       }
       for (int64_t j = 0; j < w; ++j) m[j] *= inv_count;
       for (int64_t n = 0; n < l.n; ++n) {
         const S* row = x + n * l.c + c0;
         for (int64_t j = 0; j < w; ++j) {
-          const double d = static_cast<double>(load(row[j])) - m[j];
+          const double d = static_cast<double>(widened_from(row[j])) - m[j];
           v[j] += d * d;
         }
       }
@@ -234,7 +219,7 @@ void channel_moments(ThreadPool& pool, const S* x, const ChannelLayout& l, doubl
 template <typename S>
 void channel_grad_sums(ThreadPool& pool, const S* dy, const S* x, const ChannelLayout& l, const double* mean,
                        double* sum_dy, double* sum_dy_xm) {
-  using T = Compute<S>;
+  using T = ComputeType<S>;
   const int64_t count = l.per_channel();
   if (l.s == 1) {
     pool.parallel_for(l.c, std::max<int64_t>(16, kParallelGrain / std::max<int64_t>(l.n, 1)), [&](int64_t c0, int64_t c1) {
@@ -247,9 +232,9 @@ void channel_grad_sums(ThreadPool& pool, const S* dy, const S* x, const ChannelL
         const S* g = dy + n * l.c + c0;
         const S* xr = x + n * l.c + c0;
         for (int64_t j = 0; j < w; ++j) {
-          const double gd = static_cast<double>(load(g[j]));
+          const double gd = static_cast<double>(widened_from(g[j]));
           a[j] += gd;
-          b[j] += gd * (static_cast<double>(load(xr[j])) - m[j]);
+          b[j] += gd * (static_cast<double>(widened_from(xr[j])) - m[j]);
         }
       }
     });
@@ -278,9 +263,9 @@ void channel_grad_sums(ThreadPool& pool, const S* dy, const S* x, const ChannelL
 // middle term. Subtracting the shift before scaling keeps precision when |mean| >> std. u, v and
 // out are stored as S, the coefficients are S's compute type T.
 template <typename S>
-void channel_affine(ThreadPool& pool, const ChannelLayout& l, const S* u, const S* v, const Compute<S>* shift,
-                    const Compute<S>* a, const Compute<S>* b, const Compute<S>* d, S* out) {
-  using T = Compute<S>;
+void channel_affine(ThreadPool& pool, const ChannelLayout& l, const S* u, const S* v, const ComputeType<S>* shift,
+                    const ComputeType<S>* a, const ComputeType<S>* b, const ComputeType<S>* d, S* out) {
+  using T = ComputeType<S>;
   if (l.s == 1) {
     pool.parallel_for(l.n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(l.c, 1)), [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) {
@@ -289,9 +274,9 @@ void channel_affine(ThreadPool& pool, const ChannelLayout& l, const S* u, const 
         S* o = out + base;
         if (v) {
           const S* vr = v + base;
-          for (int64_t c = 0; c < l.c; ++c) o[c] = store<S>(a[c] * load(ur[c]) + b[c] * (load(vr[c]) - shift[c]) + d[c]);
+          for (int64_t c = 0; c < l.c; ++c) o[c] = rounded_to<S>(a[c] * widened_from(ur[c]) + b[c] * (widened_from(vr[c]) - shift[c]) + d[c]);
         } else {
-          for (int64_t c = 0; c < l.c; ++c) o[c] = store<S>(a[c] * load(ur[c]) + d[c]);
+          for (int64_t c = 0; c < l.c; ++c) o[c] = rounded_to<S>(a[c] * widened_from(ur[c]) + d[c]);
         }
       }
     });
@@ -306,9 +291,9 @@ void channel_affine(ThreadPool& pool, const ChannelLayout& l, const S* u, const 
       if (v) {
         const T bc = b[c], sc = shift[c];
         const S* vr = v + base;
-        for (int64_t i = 0; i < l.s; ++i) o[i] = store<S>(ac * load(ur[i]) + bc * (load(vr[i]) - sc) + dc);
+        for (int64_t i = 0; i < l.s; ++i) o[i] = rounded_to<S>(ac * widened_from(ur[i]) + bc * (widened_from(vr[i]) - sc) + dc);
       } else {
-        for (int64_t i = 0; i < l.s; ++i) o[i] = store<S>(ac * load(ur[i]) + dc);
+        for (int64_t i = 0; i < l.s; ++i) o[i] = rounded_to<S>(ac * widened_from(ur[i]) + dc);
       }
     }
   });

@@ -5,8 +5,13 @@
 // the flattened trailing dims; since 13 they normalize along the one axis (default -1). A
 // contiguous row (the last axis, or any 2-D coercion) is processed whole while it sits in cache:
 // max, exp-and-sum, scale. Along an inner axis, blocks of columns do the same, vectorized
-// across columns. Both split across threads by rows or column blocks.
+// across columns. Both split across threads by rows or column blocks. bfloat16 and float16 are
+// read and written by the kernels, computed in float32 and rounded once, as PyTorch's CPU kernels
+// do.
+#include <vector>
+
 #include "autodiff/grad_builder.h"
+#include "core/half.h"
 #include "ops/registry.h"
 #include "ops/softmax/softmax_math.h"
 
@@ -46,50 +51,84 @@ SoftmaxAxis grad_axis(const KernelInfo& info) {
   return {info.node.attr_int("axis", -1), info.node.attr_int("coerce_2d", 0) != 0};
 }
 
+// One contiguous row of n values in T: y = softmax(x), or log-softmax.
 template <typename T, bool kLog>
-void softmax_forward(ThreadPool& pool, const T* x, T* y, const AxisSplit& s) {
+void softmax_row(const T* xr, T* yr, int64_t n) {
+  const T m = max_lanes(xr, n);
+  if constexpr (kLog) {
+    const T lse = m + std::log(sum_lanes<T>(n, [&](int64_t k) { return vexp(xr[k] - m); }));
+    for (int64_t k = 0; k < n; ++k) yr[k] = xr[k] - lse;
+  } else {
+    const T inv = T(1) / sum_lanes<T>(n, [&](int64_t k) {
+      const T e = vexp(xr[k] - m);
+      yr[k] = e;
+      return e;
+    });
+    for (int64_t k = 0; k < n; ++k) yr[k] *= inv;
+  }
+}
+
+// Rows up to this long are widened on the stack (two float copies, 32 KB).
+constexpr int64_t kStackRow = 4096;
+
+// X and Y stored as S (float, double, or a 16-bit float computed in float32 and rounded once).
+template <typename S, bool kLog>
+void softmax_forward(ThreadPool& pool, const S* x, S* y, const AxisSplit& s) {
+  using T = ComputeType<S>;
   const int64_t n = s.n, stride = s.inner;
   auto row = [&](int64_t o) {
-    const int64_t off = o * n;
-    const T* xr = x + off;
-    T* yr = y + off;
-    const T m = max_lanes(xr, n);
-    if constexpr (kLog) {
-      const T lse = m + std::log(sum_lanes<T>(n, [&](int64_t k) { return vexp(xr[k] - m); }));
-      for (int64_t k = 0; k < n; ++k) yr[k] = xr[k] - lse;
+    const S* xr = x + o * n;
+    S* yr = y + o * n;
+    if constexpr (!kIs16BitFloat<S>) {
+      softmax_row<T, kLog>(xr, yr, n);
     } else {
-      const T inv = T(1) / sum_lanes<T>(n, [&](int64_t k) {
-        const T e = vexp(xr[k] - m);
-        yr[k] = e;
-        return e;
-      });
-      for (int64_t k = 0; k < n; ++k) yr[k] *= inv;
+      // A 16-bit row is widened once into float, computed there (the exps kept in float), and
+      // rounded once on the way out.
+      float in_stack[kStackRow], out_stack[kStackRow];
+      std::vector<float> in_heap, out_heap;
+      float* in = in_stack;
+      float* out = out_stack;
+      if (n > kStackRow) {
+        in_heap.resize(static_cast<size_t>(n));
+        out_heap.resize(static_cast<size_t>(n));
+        in = in_heap.data();
+        out = out_heap.data();
+      }
+      for (int64_t k = 0; k < n; ++k) in[k] = widened_from(xr[k]);
+      softmax_row<float, kLog>(in, out, n);
+      for (int64_t k = 0; k < n; ++k) yr[k] = rounded_to<S>(out[k]);
     }
   };
   auto block = [&](int64_t o, int64_t c0, int64_t w) {
     const int64_t off = o * n * stride + c0;
     T m[kCols], acc[kCols];
-    for (int64_t c = 0; c < w; ++c) m[c] = x[off + c];
+    for (int64_t c = 0; c < w; ++c) m[c] = widened_from(x[off + c]);
     for (int64_t k = 1; k < n; ++k) {
-      const T* xr = x + off + k * stride;
-      for (int64_t c = 0; c < w; ++c) m[c] = xr[c] > m[c] ? xr[c] : m[c];
+      const S* xr = x + off + k * stride;
+      for (int64_t c = 0; c < w; ++c) {
+        const T v = widened_from(xr[c]);
+        m[c] = v > m[c] ? v : m[c];
+      }
     }
     for (int64_t c = 0; c < w; ++c) acc[c] = 0;
     for (int64_t k = 0; k < n; ++k) {
-      const T* xr = x + off + k * stride;
-      T* yr = y + off + k * stride;
+      const S* xr = x + off + k * stride;
+      S* yr = y + off + k * stride;
       for (int64_t c = 0; c < w; ++c) {
-        const T e = vexp(xr[c] - m[c]);
-        if constexpr (!kLog) yr[c] = e;
+        const T e = vexp(widened_from(xr[c]) - m[c]);
+        // Y holds the exps until they are scaled; a 16-bit Y could not hold them unrounded, so
+        // there they are computed again.
+        if constexpr (!kLog && !kIs16BitFloat<S>) yr[c] = e;
         acc[c] += e;
       }
     }
     for (int64_t c = 0; c < w; ++c) acc[c] = kLog ? m[c] + std::log(acc[c]) : T(1) / acc[c];
     for (int64_t k = 0; k < n; ++k) {
-      const T* xr = x + off + k * stride;
-      T* yr = y + off + k * stride;
+      const S* xr = x + off + k * stride;
+      S* yr = y + off + k * stride;
       for (int64_t c = 0; c < w; ++c) {
-        if constexpr (kLog) yr[c] = xr[c] - acc[c];
+        if constexpr (kLog) yr[c] = rounded_to<S>(widened_from(xr[c]) - acc[c]);
+        else if constexpr (kIs16BitFloat<S>) yr[c] = rounded_to<S>(vexp(widened_from(xr[c]) - m[c]) * acc[c]);
         else yr[c] *= acc[c];
       }
     }
@@ -99,41 +138,54 @@ void softmax_forward(ThreadPool& pool, const T* x, T* y, const AxisSplit& s) {
 
 // Softmax:    dX = Y (dY - sum(dY Y))
 // LogSoftmax: dX = dY - exp(Y) sum(dY)
-template <typename T, bool kLog>
-void softmax_backward(ThreadPool& pool, const T* dy, const T* y, T* dx, const AxisSplit& s) {
+// dY, Y and dX stored as S, computed in S's compute type.
+template <typename S, bool kLog>
+void softmax_backward(ThreadPool& pool, const S* dy, const S* y, S* dx, const AxisSplit& s) {
+  using T = ComputeType<S>;
   const int64_t n = s.n, stride = s.inner;
   auto row = [&](int64_t o) {
     const int64_t off = o * n;
-    const T* g = dy + off;
-    const T* yr = y + off;
-    T* out = dx + off;
+    const S* g = dy + off;
+    const S* yr = y + off;
+    S* out = dx + off;
     if constexpr (kLog) {
-      const T sum = sum_lanes<T>(n, [&](int64_t k) { return g[k]; });
-      for (int64_t k = 0; k < n; ++k) out[k] = g[k] - vexp(yr[k]) * sum;
+      const T sum = sum_lanes<T>(n, [&](int64_t k) { return widened_from(g[k]); });
+      for (int64_t k = 0; k < n; ++k) out[k] = rounded_to<S>(widened_from(g[k]) - vexp(widened_from(yr[k])) * sum);
     } else {
-      const T dot = sum_lanes<T>(n, [&](int64_t k) { return g[k] * yr[k]; });
-      for (int64_t k = 0; k < n; ++k) out[k] = yr[k] * (g[k] - dot);
+      const T dot = sum_lanes<T>(n, [&](int64_t k) { return widened_from(g[k]) * widened_from(yr[k]); });
+      for (int64_t k = 0; k < n; ++k) out[k] = rounded_to<S>(widened_from(yr[k]) * (widened_from(g[k]) - dot));
     }
   };
   auto block = [&](int64_t o, int64_t c0, int64_t w) {
     const int64_t off = o * n * stride + c0;
     T acc[kCols] = {};
     for (int64_t k = 0; k < n; ++k) {
-      const T* g = dy + off + k * stride;
-      const T* yr = y + off + k * stride;
-      for (int64_t c = 0; c < w; ++c) acc[c] += kLog ? g[c] : g[c] * yr[c];
+      const S* g = dy + off + k * stride;
+      const S* yr = y + off + k * stride;
+      for (int64_t c = 0; c < w; ++c)
+        acc[c] += kLog ? widened_from(g[c]) : widened_from(g[c]) * widened_from(yr[c]);
     }
     for (int64_t k = 0; k < n; ++k) {
-      const T* g = dy + off + k * stride;
-      const T* yr = y + off + k * stride;
-      T* out = dx + off + k * stride;
+      const S* g = dy + off + k * stride;
+      const S* yr = y + off + k * stride;
+      S* out = dx + off + k * stride;
       for (int64_t c = 0; c < w; ++c) {
-        if constexpr (kLog) out[c] = g[c] - vexp(yr[c]) * acc[c];
-        else out[c] = yr[c] * (g[c] - acc[c]);
+        if constexpr (kLog) out[c] = rounded_to<S>(widened_from(g[c]) - vexp(widened_from(yr[c])) * acc[c]);
+        else out[c] = rounded_to<S>(widened_from(yr[c]) * (widened_from(g[c]) - acc[c]));
       }
     }
   };
   for_each_slice(pool, s, row, block);
+}
+
+// Softmax's element types: the floats, and the 16-bit floats read and written by the kernels.
+template <typename Fn>
+void dispatch_softmax(DType t, const char* what, Fn&& fn) {
+  switch (t) {
+    case DType::Float16: fn(TypeTag<Half>{}); break;
+    case DType::BFloat16: fn(TypeTag<BHalf>{}); break;
+    default: dispatch_float(t, what, std::forward<Fn>(fn));
+  }
 }
 
 template <bool kLog>
@@ -145,7 +197,7 @@ class SoftmaxKernel final : public Kernel {
     const Tensor& x = ctx.input(0);
     const AxisSplit s = axis_.split(x.shape(), name);
     Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
-    dispatch_float(x.dtype(), name, [&](auto tag) {
+    dispatch_softmax(x.dtype(), name, [&](auto tag) {
       using T = typename decltype(tag)::type;
       softmax_forward<T, kLog>(ctx.threads(), x.data<T>(), y.data<T>(), s);
     });
@@ -168,7 +220,7 @@ class SoftmaxGradKernel final : public Kernel {
              " must match");
     const AxisSplit s = axis_.split(y.shape(), name);
     Tensor& dx = ctx.allocate_output(0, y.dtype(), y.shape());
-    dispatch_float(y.dtype(), name, [&](auto tag) {
+    dispatch_softmax(y.dtype(), name, [&](auto tag) {
       using T = typename decltype(tag)::type;
       softmax_backward<T, kLog>(ctx.threads(), dy.data<T>(), y.data<T>(), dx.data<T>(), s);
     });
@@ -194,6 +246,11 @@ ONNXTRAIN_KERNEL("", "Softmax", kernel_factory<SoftmaxKernel<false>>());
 ONNXTRAIN_KERNEL("", "LogSoftmax", kernel_factory<SoftmaxKernel<true>>());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftmaxGrad", kernel_factory<SoftmaxGradKernel<false>>());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LogSoftmaxGrad", kernel_factory<SoftmaxGradKernel<true>>());
+// 16-bit X: read, computed in float32 and rounded once by the kernels themselves.
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Softmax", kBothHalfFloats);
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "LogSoftmax", kBothHalfFloats);
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "SoftmaxGrad", kBothHalfFloats);
+ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "LogSoftmaxGrad", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Softmax", softmax_gradient);
 ONNXTRAIN_GRADIENT("", "LogSoftmax", log_softmax_gradient);
 
