@@ -3,6 +3,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -323,6 +324,16 @@ memory bring_in_weights(ThreadPool& pool, const Plan& p, const void* w, char* sc
 
 }  // namespace
 
+namespace {
+std::atomic<size_t> bfloat16_runs{0};
+// Called where a call returns true: its convolution ran on oneDNN.
+void count_run(ConvElements elements) {
+  if (elements == ConvElements::BFloat16) bfloat16_runs.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+size_t onednn_bfloat16_convolutions_run() { return bfloat16_runs.load(std::memory_order_relaxed); }
+
 size_t onednn_conv_plans_kept() {
   std::lock_guard<std::mutex> lock(plans_mutex);
   return plans_kept;
@@ -363,6 +374,7 @@ bool run_chunked(KernelContext& ctx, const ConvGeometry& g, Pass pass, ConvEleme
       s.wait();
     }
   });
+  count_run(elements);
   return true;
 }
 
@@ -471,8 +483,10 @@ bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, Con
   const int64_t weight_numel = g.col_channels * (g.image_channels / g.group) * g.kernel_size();
   if (pool.num_threads() > 1 && g.group == 1 && g.col_channels % kChannelPart == 0 &&
       g.col_channels >= 2 * kChannelPart && weight_numel > g.batch * g.image_channels * g.in_size() &&
-      backward_weights_by_channels(ctx, g, elements, x, dy, dw))
+      backward_weights_by_channels(ctx, g, elements, x, dy, dw)) {
+    count_run(elements);
     return true;
+  }
   const Chunks c = split_batch(pool, g.batch);
   const auto full_plan = plan_for(g, Pass::BackwardWeights, elements, c.size, false, pool.num_threads());
   const auto last_plan = plan_for(g, Pass::BackwardWeights, elements, c.last, false, pool.num_threads());
@@ -516,6 +530,7 @@ bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, Con
       }
     });
   }
+  count_run(elements);
   return true;
 }
 

@@ -19,6 +19,10 @@ enum class ConvElements { Float32, BFloat16 };
 // would emulate them, slower than widening to float32, so the caller widens instead.
 bool onednn_bfloat16_convolutions_native();
 
+// How many convolutions (calls of the three functions below) ran on oneDNN's bfloat16 kernels in
+// this process: what shows that they, not the float32 path on widened copies, did the work.
+size_t onednn_bfloat16_convolutions_run();
+
 // How many convolution plans (JIT kernels per geometry, pass and batch size) are kept; bounded.
 size_t onednn_conv_plans_kept();
 
