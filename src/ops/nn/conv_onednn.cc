@@ -76,8 +76,12 @@ tag weight_tag(int spatial, bool grouped) {
   return spatial == 1 ? tag::oiw : spatial == 2 ? tag::oihw : tag::oidhw;
 }
 
-// Only oneDNN's direct JIT kernels beat our im2col; its gemm and reference kernels do not.
-bool is_jit(const std::string& impl) {
+// Only oneDNN's direct JIT kernels beat our im2col; its gemm and reference kernels do not. In
+// bfloat16 its brgemm ones count too: with AMX they are the forward kernels oneDNN 2.6 picks
+// ("brgconv"), and the alternative is a widened float32 convolution. float32 leaves them to
+// im2col, as measured.
+bool is_direct_kernel(const std::string& impl, ConvElements elements) {
+  if (elements == ConvElements::BFloat16 && impl.rfind("brgconv", 0) == 0) return true;
   return impl.find("jit") != std::string::npos && impl.find("gemm") == std::string::npos;
 }
 
@@ -199,7 +203,7 @@ Plan build_plan(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t
     p.dst_reorder = reorder_if_needed(p.dst_user, p.dst);
     p.wei_out = reorder_if_needed(p.wei, p.wei_user);
   }
-  p.usable = is_jit(impl);
+  p.usable = is_direct_kernel(impl, elements);
   return p;
 }
 
@@ -339,12 +343,18 @@ size_t onednn_conv_plans_kept() {
   return plans_kept;
 }
 
-bool onednn_bfloat16_convolutions_native() {
+Bfloat16Instructions onednn_bfloat16_instructions() {
   // The ISA values are bit sets: avx2_vnni is numerically above avx512_core_bf16 but lacks it.
-  static const bool native =
-      (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
-  return native;
+  static const Bfloat16Instructions instructions = [] {
+    const auto has = [isa = dnnl_get_effective_cpu_isa()](dnnl_cpu_isa_t set) { return (isa & set) == set; };
+    if (has(dnnl_cpu_isa_avx512_core_amx)) return Bfloat16Instructions::Amx;
+    if (has(dnnl_cpu_isa_avx512_core_bf16)) return Bfloat16Instructions::Avx512Bf16;
+    return Bfloat16Instructions::None;
+  }();
+  return instructions;
 }
+
+bool onednn_bfloat16_convolutions_native() { return onednn_bfloat16_instructions() != Bfloat16Instructions::None; }
 
 namespace {
 

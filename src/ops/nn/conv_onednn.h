@@ -15,9 +15,13 @@ class KernelContext;
 // in both (the weight gradient is rounded by the caller, after the batch's parts are summed).
 enum class ConvElements { Float32, BFloat16 };
 
-// Whether oneDNN runs bfloat16 convolutions in hardware here (AVX512_BF16 or AMX). Elsewhere it
-// would emulate them, slower than widening to float32, so the caller widens instead.
-bool onednn_bfloat16_convolutions_native();
+// The bfloat16 instructions oneDNN's convolutions run on here. Without any it would emulate them,
+// slower than widening to float32, so the caller widens instead. With AVX512_BF16 and with AMX
+// tiles, oneDNN 2.6 has JIT kernels for different geometries (AVX512_BF16 none for some weight
+// gradients of grouped convolutions).
+enum class Bfloat16Instructions { None, Avx512Bf16, Amx };
+Bfloat16Instructions onednn_bfloat16_instructions();
+bool onednn_bfloat16_convolutions_native();  // AVX512_BF16 or AMX
 
 // How many convolutions (calls of the three functions below) ran on oneDNN's bfloat16 kernels in
 // this process: what shows that they, not the float32 path on widened copies, did the work.
