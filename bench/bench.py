@@ -436,7 +436,8 @@ def orchestrate(args):
 
 
 def _write_readme_table(precision, machine, names):
-    table = assembled_table(machine, names, precision)
+    table = (assembled_table(machine, names, precision) if precision == "float32" else
+             tables_of_every_machine(machine, names, precision))
     if precision == "bfloat16":
         update_readme(table, (README_BF16_BEGIN, README_BF16_END))
     else:
@@ -620,7 +621,7 @@ def stored_rows(machine, names, precision="float32"):
     return found, missing
 
 
-def assembled_table(machine, names, precision="float32"):
+def assembled_table(machine, names, precision="float32", note_missing=True):
     """The README's table: every stored row of this machine and contender set. Each row keeps the %
     of limit of its own run's sgemm peak; the header gives the dates and the peaks' range."""
     found, missing = stored_rows(machine, names, precision)
@@ -640,10 +641,36 @@ def assembled_table(machine, names, precision="float32"):
     if precision == "bfloat16" and all(bfloat16_peaks.values()):
         meta["peaks"]["bfloat16"] = {t: (min(v), max(v)) for t, v in bfloat16_peaks.items()}
     table = markdown(rows, meta)
-    if missing:
+    if missing and note_missing:
         table += (f"\nNot yet measured on this machine by the method above (`{command}` adds them): "
                   + ", ".join(missing) + ".\n")
     return table
+
+
+def tables_of_every_machine(machine, names, precision):
+    """The bfloat16 README section: a table per machine with stored rows (this one first), since
+    hosts differ in their bfloat16 instructions (AVX512_BF16, AMX) and a model's row was measured on
+    one of them; then the zoo models no machine has a row of."""
+    machines = {machine}
+    for model in _table_models(precision):
+        path = os.path.join(_rows_dir(precision), model + ".json")
+        if os.path.exists(path):
+            with open(path) as f:
+                machines.add(json.load(f)["meta"]["machine"])
+    tables, measured = [], set()
+    for m in sorted(machines, key=lambda m: (m != machine, m)):
+        found, _ = stored_rows(m, names, precision)
+        if found:
+            tables.append(assembled_table(m, names, precision, note_missing=False))
+            measured.update(s["row"]["model"] for s in found)
+    missing = [model for model in _table_models(precision) if model not in measured]
+    command = "bench/run --models " + ",".join(missing) + " --contenders bf16"
+    if not tables:
+        return f"Nothing measured with these contenders yet: `{command}` measures the zoo.\n"
+    text = "\n".join(tables)
+    if missing:
+        text += f"\nNot yet measured on any machine by the method above (`{command}` adds them): " + ", ".join(missing) + ".\n"
+    return text
 
 
 def update_readme(table, markers=(README_BEGIN, README_END), path=os.path.join(ROOT, "README.md")):

@@ -145,6 +145,30 @@ def test_the_bfloat16_table_has_its_own_rows_and_the_ratio_to_onnxtrains_own_flo
     assert bench.misses([row]) == []
 
 
+def test_the_bfloat16_section_has_a_table_per_machine(tmp_path, monkeypatch):
+    # bfloat16 hosts differ (AVX512_BF16, AMX): each model's row stays with the machine it was measured on.
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import bench
+    import contenders
+    import models
+    monkeypatch.setattr(bench, "ROWS_DIR_BF16", str(tmp_path))
+    names = contenders.BFLOAT16_TABLE
+    row = dict(model="bert_base", title="the bert", batch=8, failed={}, step={}, pct_limit={}, ratio={}, first={},
+               rss={}, evidence={}, loss_diff={}, fastest_peer={1: "eager-bf16-2.15", 2: "eager-bf16-2.15"})
+    meta = dict(date="2026-12-07", machine="an amx box", peaks={1: 100.0, 2: 190.0, "bfloat16": {1: 600.0, 2: 1200.0}},
+                rounds=3, contenders=names)
+    bench.store_rows([row], meta, "bfloat16")
+    bench.store_rows([dict(row, model="timm_resnet50", title="the resnet")],
+                     dict(meta, machine="an avx512 box", peaks=dict(meta["peaks"], bfloat16={1: 200.0, 2: 400.0})),
+                     "bfloat16")
+    text = bench.tables_of_every_machine("an avx512 box", names, "bfloat16")
+    assert text.index("the resnet") < text.index("an amx box") < text.index("the bert")  # this machine first
+    assert "600 GFLOP/s at 1 thread" in text and "200 GFLOP/s at 1 thread" in text
+    missing = text.split("Not yet measured on any machine")[1]
+    assert "bert_base" not in missing and "timm_resnet50" not in missing
+    assert len(missing.split(", ")) == len(models.BFLOAT16_ZOO) - 2
+
+
 def test_bench_check_of_the_stored_rows_fails_on_a_missed_target(tmp_path, monkeypatch):
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import bench
