@@ -143,7 +143,8 @@ TEST(ElementwiseVectorForms, WhereSelectsInEveryLayoutItHasALoopFor) {
   };
   const Layout layouts[] = {{{rows, cols}, {rows, cols}, {rows, cols}}, {{rows, cols}, {rows, cols}, {}},
                             {{rows, cols}, {}, {rows, cols}},           {{rows, 1}, {rows, cols}, {rows, cols}},
-                            {{rows, cols}, {1, cols}, {rows, 1}}};
+                            {{rows, cols}, {1, cols}, {rows, 1}},       {{rows, 1}, {}, {rows, cols}},
+                            {{rows, 1}, {rows, cols}, {}}};
   for (const Layout& layout : layouts) {
     auto take = [&](const std::vector<float>& full, const TensorShape& shape) {
       std::vector<float> v;

@@ -9,8 +9,10 @@
 // arithmetic so that the lane loops below vectorize.
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <vector>
 
+#include "core/half.h"
 #include "core/tensor.h"
 #include "runtime/thread_pool.h"
 
@@ -48,9 +50,10 @@ inline constexpr int64_t kGrain = 1 << 15;  // elements per parallel task, at le
 inline constexpr int64_t kLanes = 64;       // independent accumulators of a contiguous fold
 
 // Folds p[0..n) into one value. Lane accumulators keep the loop free of a serial dependence so
-// that it vectorizes (a plain float reduction would not, without -ffast-math).
-template <typename T, typename Pre, typename Combine>
-T fold_contiguous(const T* p, int64_t n, T identity, const Pre& pre, const Combine& combine) {
+// that it vectorizes (a plain float reduction would not, without -ffast-math). `pre` reads a
+// stored In (T itself, or a 16-bit float widened) as a T.
+template <typename T, typename In, typename Pre, typename Combine>
+T fold_contiguous(const In* p, int64_t n, T identity, const Pre& pre, const Combine& combine) {
   if (n < 2 * kLanes) {
     T acc = identity;
     for (int64_t k = 0; k < n; ++k) acc = combine(acc, pre(p[k]));
@@ -60,7 +63,7 @@ T fold_contiguous(const T* p, int64_t n, T identity, const Pre& pre, const Combi
   for (int64_t j = 0; j < kLanes; ++j) lanes[j] = pre(p[j]);
   int64_t k = kLanes;
   for (; k + kLanes <= n; k += kLanes) {
-    const T* q = p + k;
+    const In* q = p + k;
     for (int64_t j = 0; j < kLanes; ++j) lanes[j] = combine(lanes[j], pre(q[j]));
   }
   T acc = identity;
@@ -70,8 +73,8 @@ T fold_contiguous(const T* p, int64_t n, T identity, const Pre& pre, const Combi
 }
 
 // out[o, i] = fold over k of in[o, k, i], for o < outer, k < r (r >= 1), i < inner.
-template <typename T, typename Pre, typename Combine>
-void fold_middle(ThreadPool& pool, const T* in, int64_t outer, int64_t r, int64_t inner, T* out, T identity,
+template <typename T, typename In, typename Pre, typename Combine>
+void fold_middle(ThreadPool& pool, const In* in, int64_t outer, int64_t r, int64_t inner, T* out, T identity,
                  const Pre& pre, const Combine& combine) {
   if (inner == 1) {
     // One long row: split it, fold the pieces in parallel, then combine the partial results.
@@ -105,10 +108,10 @@ void fold_middle(ThreadPool& pool, const T* in, int64_t outer, int64_t r, int64_
                         const int64_t o = t / blocks, c0 = (t % blocks) * kCols;
                         const int64_t width = std::min(inner, c0 + kCols) - c0;
                         T* dst = out + o * inner + c0;
-                        const T* src = in + o * r * inner + c0;
+                        const In* src = in + o * r * inner + c0;
                         for (int64_t c = 0; c < width; ++c) dst[c] = pre(src[c]);
                         for (int64_t k = 1; k < r; ++k) {
-                          const T* row = src + k * inner;
+                          const In* row = src + k * inner;
                           for (int64_t c = 0; c < width; ++c) dst[c] = combine(dst[c], pre(row[c]));
                         }
                       }
@@ -118,15 +121,20 @@ void fold_middle(ThreadPool& pool, const T* in, int64_t outer, int64_t r, int64_
 }  // namespace reduce_detail
 
 // out (g.out_numel elements) = reduction of in over the groups; scratch holds
-// reduce_scratch_elems(g) elements (may be null when that is 0).
-template <typename T, typename Op>
-void reduce_axes(ThreadPool& pool, const T* in, const ReduceGroups& g, T* out, T* scratch, const Op& op) {
+// reduce_scratch_elems(g) elements (may be null when that is 0). `in` is of T, or of a 16-bit
+// float that each value is widened from exactly, once, as it is read (widened_to_float).
+template <typename T, typename In, typename Op>
+void reduce_axes(ThreadPool& pool, const In* in, const ReduceGroups& g, T* out, T* scratch, const Op& op) {
+  static_assert(std::is_same_v<In, T> || kIs16BitFloat<In>, "reduce_axes reads T or a 16-bit float");
   if (g.out_numel == 0) return;
   if (g.in_numel == 0) {  // a reduced dim of size 0: every output is the empty reduction
     std::fill(out, out + g.out_numel, op.identity);
     return;
   }
-  auto pre = [&](T v) { return op.pre(v); };
+  auto pre = [&](In v) {
+    if constexpr (std::is_same_v<In, T>) return op.pre(v);
+    else return op.pre(static_cast<T>(widened_to_float(v)));
+  };
   auto same = [](T v) { return v; };
   auto combine = [&](T a, T b) { return op.combine(a, b); };
   int last = -1;
@@ -134,12 +142,13 @@ void reduce_axes(ThreadPool& pool, const T* in, const ReduceGroups& g, T* out, T
     if (g.reduced[i]) last = i;
   if (last < 0) {  // only size-1 dims reduced: an elementwise map
     pool.parallel_for(g.in_numel, reduce_detail::kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = op.pre(in[i]);
+      for (int64_t i = b; i < e; ++i) out[i] = pre(in[i]);
     });
     return;
   }
   ReduceGroups cur = g;
-  const T* src = in;
+  const In* first_src = in;
+  const T* src = nullptr;  // after the first fold: its output, of T
   T* buffers[2] = {scratch, nullptr};
   if (scratch) {
     int64_t first = g.in_numel / g.size[last];
@@ -160,7 +169,7 @@ void reduce_axes(ThreadPool& pool, const T* in, const ReduceGroups& g, T* out, T
     for (int i = r_index + 1; i < cur.count; ++i) inner *= cur.size[i];
     T* dst = more ? buffers[fold % 2] : out;
     if (first_fold)
-      reduce_detail::fold_middle(pool, src, outer, cur.size[r_index], inner, dst, op.identity, pre, combine);
+      reduce_detail::fold_middle(pool, first_src, outer, cur.size[r_index], inner, dst, op.identity, pre, combine);
     else
       reduce_detail::fold_middle(pool, src, outer, cur.size[r_index], inner, dst, op.identity, same, combine);
     first_fold = false;

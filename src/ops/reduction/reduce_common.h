@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/half.h"
 #include "ops/common/broadcast.h"
 #include "ops/common/reduce.h"
 #include "ops/kernel.h"
+#include "runtime/half_convert.h"
 
 namespace onnxtrain {
 
@@ -53,9 +55,12 @@ class ReduceKernel final : public Kernel {
 struct NoPost {};
 
 // Runs a reduction op: resolves axes, allocates output 0 and folds input 0 with `op`; then each
-// output value v becomes post(v, n), n = number of elements folded into it.
-template <typename T, typename Op, typename Post = NoPost>
+// output value v becomes post(v, n), n = number of elements folded into it. S is the stored
+// element type; `op` and `post` work in ComputeType<S>: a 16-bit input is widened as it is read,
+// and the float32 results are rounded once into the output.
+template <typename S, typename Op, typename Post = NoPost>
 void run_reduce(KernelContext& ctx, const ReduceAxes& axes, const Op& op, Post post = {}) {
+  using T = ComputeType<S>;
   const Tensor& x = ctx.input(0);
   std::vector<bool> reduce;
   if (!axes.resolve(ctx, x.shape(), reduce)) {
@@ -65,15 +70,22 @@ void run_reduce(KernelContext& ctx, const ReduceAxes& axes, const Op& op, Post p
   ReduceGroups groups = reduce_groups(x.shape(), reduce);
   Tensor& y = ctx.allocate_output(0, x.dtype(), reduced_shape(x.shape(), reduce, axes.keepdims()));
   const int64_t scratch_elems = reduce_scratch_elems(groups);
-  T* scratch = scratch_elems ? static_cast<T*>(ctx.scratch(static_cast<size_t>(scratch_elems) * sizeof(T))) : nullptr;
-  T* out = y.data<T>();
-  reduce_axes(ctx.threads(), x.data<T>(), groups, out, scratch, op);
+  const int64_t staged = kIs16BitFloat<S> ? groups.out_numel : 0;  // float32 results before rounding
+  T* memory = scratch_elems + staged
+                  ? static_cast<T*>(ctx.scratch(static_cast<size_t>(scratch_elems + staged) * sizeof(T)))
+                  : nullptr;
+  T* scratch = scratch_elems ? memory + staged : nullptr;
+  T* out = nullptr;
+  if constexpr (kIs16BitFloat<S>) out = memory;
+  else out = y.data<S>();
+  reduce_axes(ctx.threads(), x.data<S>(), groups, out, scratch, op);
   if constexpr (!std::is_same_v<Post, NoPost>) {
     const int64_t n = groups.out_numel ? groups.in_numel / groups.out_numel : 0;
     ctx.threads().parallel_for(groups.out_numel, 1 << 15, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) out[i] = post(out[i], n);
     });
   }
+  if constexpr (kIs16BitFloat<S>) round_into(ctx.threads(), out, y);
 }
 
 // The element types the Reduce* kernels accept: float32, float64, int32, int64.

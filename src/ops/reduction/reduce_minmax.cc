@@ -28,8 +28,11 @@ struct MinOp {
 
 // ReduceMax/ReduceMin take every integer type: ONNX lists int8 and uint8 (opset 12+), and
 // torch's amax/amin/max of int16 and other integer tensors export to them as well.
+// The 16-bit floats are read as they are (an extremum is one of its inputs, exact in float32).
 template <typename Fn>
 void dispatch_minmax(DType t, const char* what, Fn&& fn) {
+  if (t == DType::BFloat16) return fn(TypeTag<BHalf>{});
+  if (t == DType::Float16) return fn(TypeTag<Half>{});
   if (t == DType::Float32 || t == DType::Float64) return dispatch_reduce(t, what, std::forward<Fn>(fn));
   dispatch_numeric(t, what, std::forward<Fn>(fn));
 }
@@ -39,8 +42,8 @@ struct ReduceMaxImpl {
   static constexpr int kAxesInputSince = kReduceAxesInputSince;
   static void run(KernelContext& ctx, const ReduceAxes& axes) {
     dispatch_minmax(ctx.input(0).dtype(), kName, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      run_reduce<T>(ctx, axes, MaxOp<T>{});
+      using S = typename decltype(tag)::type;
+      run_reduce<S>(ctx, axes, MaxOp<ComputeType<S>>{});
     });
   }
 };
@@ -50,8 +53,8 @@ struct ReduceMinImpl {
   static constexpr int kAxesInputSince = kReduceAxesInputSince;
   static void run(KernelContext& ctx, const ReduceAxes& axes) {
     dispatch_minmax(ctx.input(0).dtype(), kName, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      run_reduce<T>(ctx, axes, MinOp<T>{});
+      using S = typename decltype(tag)::type;
+      run_reduce<S>(ctx, axes, MinOp<ComputeType<S>>{});
     });
   }
 };
@@ -97,5 +100,7 @@ ONNXTRAIN_KERNEL("", "ReduceMin", kernel_factory<ReduceKernel<ReduceMinImpl>>())
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceMaxGrad", kernel_factory(&reduce_extremum_grad));
 ONNXTRAIN_GRADIENT("", "ReduceMax", reduce_extremum_gradient);
 ONNXTRAIN_GRADIENT("", "ReduceMin", reduce_extremum_gradient);
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "ReduceMax", kBothHalfFloats);
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "ReduceMin", kBothHalfFloats);
 
 }  // namespace onnxtrain

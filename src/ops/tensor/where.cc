@@ -1,5 +1,7 @@
 // Where(condition, X, Y) with broadcasting, and its gradient: dY routed to X where the condition
 // holds and to Y elsewhere, each summed back to its input's shape.
+#include <algorithm>
+
 #include "autodiff/grad_builder.h"
 #include "ops/common/broadcast.h"
 #include "ops/common/elementwise.h"
@@ -24,9 +26,17 @@ void select_row(const bool* c, int64_t sc, const T* x, int64_t sx, const T* y, i
     const T fill = *x;
     for (int64_t i = 0; i < n; ++i) out[i] = cond[i] ? fill : y[i];
   } else if (sc == 0) {
+    // One condition for the row (a mask per attention row): a copy or a fill, which the strided
+    // loop below would do element by element.
     const T* from = *cond ? x : y;
     const int64_t stride = *cond ? sx : sy;
-    for (int64_t i = 0; i < n; ++i) out[i] = from[i * stride];
+    if (stride == 1) {
+      std::copy(from, from + n, out);
+    } else if (stride == 0) {
+      std::fill(out, out + n, *from);
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = from[i * stride];
+    }
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = cond[i * sc] ? x[i * sx] : y[i * sy];
   }
@@ -40,12 +50,13 @@ void where(KernelContext& ctx) {
   OT_CHECK(x.dtype() == y.dtype(), "X and Y have different element types: ", x.str(), " and ", y.str());
   TensorShape shape = broadcast_shapes({c.shape(), x.shape(), y.shape()}, "Where");
   Tensor& out = ctx.allocate_output(0, x.dtype(), shape);
-  dispatch_all(x.dtype(), "Where", [&](auto tag) {
+  // A select moves values unchanged: by width, so float16 and bfloat16 move as bits.
+  dispatch_by_width(x.dtype(), "Where", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const bool* pc = c.data<bool>();
-    const T* px = x.data<T>();
-    const T* py = y.data<T>();
-    T* po = out.data<T>();
+    const T* px = static_cast<const T*>(x.raw_data());
+    const T* py = static_cast<const T*>(y.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
     BroadcastLoop<4> loop(shape, {shape, c.shape(), x.shape(), y.shape()});
     const int64_t inner = loop.inner();
     const int64_t sc = loop.inner_stride(1), sx = loop.inner_stride(2), sy = loop.inner_stride(3);
@@ -71,5 +82,6 @@ void where_gradient(GradBuilder& g) {
 
 ONNXTRAIN_KERNEL("", "Where", kernel_factory(&where));
 ONNXTRAIN_GRADIENT("", "Where", where_gradient);
+ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Where", kBothHalfFloats);
 
 }  // namespace onnxtrain
