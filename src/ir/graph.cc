@@ -108,6 +108,24 @@ void Graph::remove_nodes(const std::vector<bool>& removed) {
   nodes = std::move(kept);
 }
 
+namespace {
+void collect_subgraph_reads(const Graph& g, std::unordered_set<std::string>& names) {
+  for (const Node& n : g.nodes)
+    for (const auto& [key, a] : n.attrs) {
+      if (a.kind != Attribute::Kind::Graph || !a.g) continue;
+      for (const Node& inner : a.g->nodes) names.insert(inner.inputs.begin(), inner.inputs.end());
+      names.insert(a.g->outputs.begin(), a.g->outputs.end());
+      collect_subgraph_reads(*a.g, names);
+    }
+}
+}  // namespace
+
+std::unordered_set<std::string> Graph::names_read_by_subgraphs() const {
+  std::unordered_set<std::string> names;
+  collect_subgraph_reads(*this, names);
+  return names;
+}
+
 std::unordered_map<std::string, size_t> Graph::producers() const {
   std::unordered_map<std::string, size_t> out;
   for (size_t i = 0; i < nodes.size(); ++i)

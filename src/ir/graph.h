@@ -89,6 +89,9 @@ class Graph {
   std::unordered_map<std::string, size_t> producers() const;
   // Indices of nodes consuming each value, in node order.
   std::unordered_map<std::string, std::vector<size_t>> consumers() const;
+  // The names the nodes' subgraphs (If branches, Loop bodies, at any depth) read or output: a
+  // pass that renames or retypes a value must leave these alone.
+  std::unordered_set<std::string> names_read_by_subgraphs() const;
 
   // Reorders nodes topologically (stable for already ordered graphs) and checks that every
   // input is defined. Throws naming the first dangling value or cycle.

@@ -88,6 +88,15 @@ bool OpRegistry::records_requires_grad(const std::string& domain, const std::str
   return records_requires_grad_.count(key(domain, op_type)) > 0;
 }
 
+bool OpRegistry::add_float32_sums(const std::string& domain, const std::string& op_type) {
+  float32_sums_[key(domain, op_type)] = true;
+  return true;
+}
+
+bool OpRegistry::writes_float32_sums(const std::string& domain, const std::string& op_type) const {
+  return float32_sums_.count(key(domain, op_type)) > 0;
+}
+
 bool OpRegistry::add_gradient_refused(const std::string& domain, const std::string& op_type, const std::string& why) {
   gradient_refused_[key(domain, op_type)] = why;
   return true;

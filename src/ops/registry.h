@@ -57,6 +57,12 @@ class OpRegistry {
   bool add_native_16bit_floats(const std::string& domain, const std::string& op_type, std::vector<DType> types);
   bool computes_natively(const std::string& domain, const std::string& op_type, DType type) const;
 
+  // Ops that sum 16-bit values in float32 and round the sums once (the gradients' products and
+  // reductions), and write the float32 sums unrounded when their node has the attribute to =
+  // FLOAT: passes/float32_sums.cc gives them the Cast that would widen their output.
+  bool add_float32_sums(const std::string& domain, const std::string& op_type);
+  bool writes_float32_sums(const std::string& domain, const std::string& op_type) const;
+
   const KernelFactory* kernel(const std::string& domain, const std::string& op_type) const;
   GradientRule gradient(const std::string& domain, const std::string& op_type) const;
 
@@ -75,6 +81,7 @@ class OpRegistry {
   std::unordered_map<std::string, OutputDifferentiability> output_differentiability_;
   std::unordered_map<std::string, bool> records_requires_grad_;
   std::unordered_map<std::string, std::vector<DType>> native_16bit_floats_;
+  std::unordered_map<std::string, bool> float32_sums_;
 };
 
 template <typename K>
@@ -131,6 +138,11 @@ inline KernelFactory kernel_factory(FunctionKernel::Fn fn) {
 #define ONNXTRAIN_NATIVE_16BIT_FLOATS(domain, op_type, ...)                                \
   static const bool OT_CONCAT(ot_native_16bit_floats_registered_, __COUNTER__) =         \
       ::onnxtrain::OpRegistry::instance().add_native_16bit_floats(domain, op_type, __VA_ARGS__)
+
+// ONNXTRAIN_FLOAT32_SUMS(domain, "ReduceSumTo"): its node writes float32 sums given to = FLOAT.
+#define ONNXTRAIN_FLOAT32_SUMS(domain, op_type)                                  \
+  static const bool OT_CONCAT(ot_float32_sums_registered_, __COUNTER__) =       \
+      ::onnxtrain::OpRegistry::instance().add_float32_sums(domain, op_type)
 
 // ONNXTRAIN_GRADIENT("", "Relu", relu_gradient): the rule emits the backward nodes.
 #define ONNXTRAIN_GRADIENT(domain, op_type, rule)                                \

@@ -28,21 +28,11 @@ DType cast_target(const Node& n) {
   return static_cast<DType>(it->second.i);
 }
 
-void collect_subgraph_reads(const Graph& g, std::unordered_set<std::string>& names) {
-  for (const Node& n : g.nodes)
-    for (const auto& [key, a] : n.attrs) {
-      if (a.kind != Attribute::Kind::Graph || !a.g) continue;
-      for (const Node& inner : a.g->nodes) names.insert(inner.inputs.begin(), inner.inputs.end());
-      names.insert(a.g->outputs.begin(), a.g->outputs.end());
-      collect_subgraph_reads(*a.g, names);
-    }
-}
-
 }  // namespace
 
 bool fold_casts(Graph& graph) {
-  std::unordered_set<std::string> keep_name(graph.outputs.begin(), graph.outputs.end());
-  collect_subgraph_reads(graph, keep_name);
+  std::unordered_set<std::string> keep_name = graph.names_read_by_subgraphs();
+  keep_name.insert(graph.outputs.begin(), graph.outputs.end());
   std::unordered_map<std::string, const Node*> producer;
   for (const Node& n : graph.nodes)
     for (const auto& o : n.outputs) producer[o] = &n;

@@ -22,6 +22,10 @@ bool fold_constants(Graph& graph);
 // back (bfloat16 -> float32 -> bfloat16), are read through: their readers read the original value.
 bool fold_casts(Graph& graph);
 
+// float32_sums.cc: a 16-bit gradient summed in float32 and at once widened back by a Cast (a
+// parameter's under autocast) is written as float32 by the op that summed it; the Cast goes.
+bool write_float32_sums(Graph& graph);
+
 // if_inlining.cc: an If whose condition is constant becomes the nodes of the branch it takes.
 bool inline_constant_ifs(Graph& graph);
 

@@ -41,6 +41,7 @@ void optimize_after_autodiff(Graph& graph, int level) {
   eliminate_common_subexpressions(graph);
   fold_casts(graph);  // the gradient rules' Casts back to a type the value already has
   eliminate_dead_nodes(graph);
+  write_float32_sums(graph);  // before elementwise fusion, which would take the widening Casts
   share_softmax_statistics(graph);
   fuse_matmul_bias(graph);  // before elementwise fusion, which would take the Add
   fuse_elementwise(graph);

@@ -6,6 +6,7 @@
 
 #include "autodiff/grad_builder.h"
 #include "ops/common/broadcast.h"
+#include "ops/common/float32_sums.h"
 #include "ops/common/reduce.h"
 #include "ops/registry.h"
 #include "runtime/blas.h"
@@ -209,7 +210,8 @@ class MatMulGradKernel final : public Kernel {
       : for_a_(for_a),
         trans_a_(info.node.attr_int("transA", 0) != 0),
         trans_b_(info.node.attr_int("transB", 0) != 0),
-        alpha_(info.node.attr_float("alpha", 1.0f)) {}
+        alpha_(info.node.attr_float("alpha", 1.0f)),
+        sums_(info.node) {}
 
   void compute(KernelContext& ctx) const override {
     const Tensor& dy = ctx.input(0);
@@ -221,7 +223,7 @@ class MatMulGradKernel final : public Kernel {
     const Tensor dyp = dy.view(p.dy);
     const Tensor op = other.view(for_a_ ? p.b : p.a);
     const TensorShape& mine = for_a_ ? p.a : p.b;  // the gradient's promoted shape
-    Tensor& out = ctx.allocate_output(0, dy.dtype(), target);
+    Tensor& out = ctx.allocate_output(0, sums_.output_type(dy.dtype()), target);
     // The product that yields this operand's gradient, in its stored layout.
     const Tensor* x = nullptr;
     const Tensor* y = nullptr;
@@ -240,11 +242,12 @@ class MatMulGradKernel final : public Kernel {
       return;
     }
     if (try_flattened(ctx, *x, *y, tx, ty, mine, out)) return;
-    if (dy.dtype() == DType::BFloat16) {  // summed in float32, rounded once
-      Tensor products = Tensor::empty(DType::Float32, full), sums = Tensor::empty(DType::Float32, mine);
+    if (dy.dtype() == DType::BFloat16) {  // summed in float32, rounded once (or not, to float32)
+      Tensor products = Tensor::empty(DType::Float32, full);
       matmul(ctx.threads(), *x, *y, tx, ty, alpha_, products);
+      Tensor sums = out.dtype() == DType::Float32 ? out : Tensor::empty(DType::Float32, mine);
       sum_batch_into<float>(ctx.threads(), products.data<float>(), full, mine, sums.data<float>());
-      round_into(ctx.threads(), sums.data<float>(), out);
+      if (out.dtype() != DType::Float32) round_into(ctx.threads(), sums.data<float>(), out);
       return;
     }
     dispatch_float(dy.dtype(), "MatMul gradient", [&](auto tag) {
@@ -273,6 +276,7 @@ class MatMulGradKernel final : public Kernel {
   bool for_a_;
   bool trans_a_, trans_b_;
   float alpha_;
+  Float32Sums sums_;
 };
 
 void matmul_gradient(GradBuilder& g) {
@@ -303,6 +307,10 @@ ONNXTRAIN_NATIVE_16BIT_FLOATS("", "MatMul", {DType::BFloat16});
 ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "FusedMatMul", {DType::BFloat16});
 ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "MatMulGradA", {DType::BFloat16});
 ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "MatMulGradB", {DType::BFloat16});
+// A bfloat16 gradient's float32 sums, unrounded, where its node says to = FLOAT: a parameter's
+// or a float32 activation's gradient, which autocast's Cast would widen back at once.
+ONNXTRAIN_FLOAT32_SUMS(kOnnxTrainDomain, "MatMulGradA");
+ONNXTRAIN_FLOAT32_SUMS(kOnnxTrainDomain, "MatMulGradB");
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "FusedMatMul", matmul_gradient);
 
 }  // namespace onnxtrain
