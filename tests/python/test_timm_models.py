@@ -81,9 +81,17 @@ def case(name, size=None):
                            logits=lambda logits: logits)
 
 
+# Larger images for the step comparison where the default ones leave it to chance: at 32 pixels
+# efficientnet_b0's last BatchNorms normalize a batch of 4 over 1x1 maps, and how a host's oneDNN
+# blocks its float32 GEMMs (by the CPU's caches) decided whether it passed: on a Xeon with AMX its
+# stem's weight gradient was 2.2e+02 from float64 by zoo_parity's measure, against eager float32's
+# 1.1e+00, while every node matched its float64 twin (the audit below); at 64 pixels it passes.
+FLOOR_SIZE = {"efficientnet_b0": 64}
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_timm_model_trains_at_the_float64_floor(name, no_fallback):
-    problems = zoo_parity.compare_with_float64(case(name)).problems()
+    problems = zoo_parity.compare_with_float64(case(name, FLOOR_SIZE.get(name))).problems()
     assert not problems, f"{name}:\n" + "\n".join(problems[:20])
 
 
