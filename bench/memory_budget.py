@@ -37,7 +37,7 @@ def main():
     onnxtrain.set_num_threads(args.threads)
     module = nn.Sequential(nn.Linear(256, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
     model = onnxtrain.ORTModule(module, onnxtrain.DebugOptions(plan_cache_mb=args.plan_mb,
-                                                               buffer_cache_mb=args.buffer_mb))
+                                                               buffer_cache_mb=args.buffer_mb, eager_warmup=False))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     print(f"budgets: plan cache {onnxtrain._C.arena_budget() >> 20} MiB, buffer cache "
           f"{onnxtrain._C.buffer_cache_limit() >> 20} MiB; start RSS {rss_mb():.0f} MB")

@@ -48,7 +48,8 @@ def measure(model_name, mode, warmup, steps, threads):
 
     _engine.TrainingRun.forward = recording
     torch.manual_seed(0)
-    model = onnxtrain.ORTModule(models.build(model_name), onnxtrain.DebugOptions(memory_optimization=mode))
+    model = onnxtrain.ORTModule(models.build(model_name), onnxtrain.DebugOptions(memory_optimization=mode,
+                                                                                  eager_warmup=False))
     opt = onnxtrain.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     batch = models.ZOO[model_name]["batch_fn"](torch.Generator().manual_seed(1))
     times = []

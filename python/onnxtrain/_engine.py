@@ -121,7 +121,10 @@ class Graphs:
         _python_op.register(exported.python_functions, self)
         self.proven = False  # ran once at full size: a failure now is the caller's, not the trace's
         mode = "train" if training else "eval"
-        logger.info("onnxtrain: exported %s in %s mode in %.1f ms", name, mode, 1e3 * export_seconds)
+        phases = getattr(exported, "phase_seconds", {})  # none for an export read from the cache
+        logger.info("onnxtrain: exported %s in %s mode in %.1f ms%s", name, mode, 1e3 * export_seconds,
+                    " (in the exporter: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in phases.items()) + ")"
+                    if phases else "")
         if debug_options.save_onnx:
             with open(self._file_prefix() + "exported.onnx", "wb") as f:
                 f.write(exported.model_bytes)

@@ -47,6 +47,11 @@ class DebugOptions:
     # the stash memory. None reads ONNXTRAIN_MEMORY_OPTIMIZATION (default "none").
     # torch.utils.checkpoint segments are recomputed either way.
     memory_optimization: str = None
+    # The eager warm-up (see _eager_warmup): a call the engine has no graphs for runs in eager
+    # PyTorch while its capture goes on beside it, and the module switches to the engine once the
+    # graphs are ready. False captures blocking, in the call that needs it. None reads
+    # ONNXTRAIN_EAGER_WARMUP (default on).
+    eager_warmup: bool = None
 
     def __setattr__(self, name, value):
         check = _FIELD_CHECKS.get(name)
@@ -69,6 +74,12 @@ def _describe(value):
 def _bool(name, value):
     if not isinstance(value, bool):
         raise TypeError(f"DebugOptions({name}=...) takes True or False, got {_describe(value)}")
+    return value
+
+
+def _optional_bool(name, value):
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"DebugOptions({name}=...) takes True, False or None, got {_describe(value)}")
     return value
 
 
@@ -160,6 +171,7 @@ _FIELD_CHECKS = {
     "buffer_cache_mb": _count(0, optional=True),
     "max_cached_graphs": _count(1, optional=False),
     "memory_optimization": _memory_optimization,
+    "eager_warmup": _optional_bool,
 }
 
 

@@ -20,7 +20,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from . import _C, _engine
+from . import _C, _eager_warmup, _engine
 from .ortmodule import ORTModule
 
 
@@ -117,7 +117,8 @@ def audit(module, *args, loss_fn=None, **kwargs) -> AuditReport:
     with _state_kept(inner):
         _engine.set_audit_observer(observer)
         try:
-            output = wrapper(*args, **kwargs)
+            with _eager_warmup.captures_block():  # the audit judges the engine's run of this call
+                output = wrapper(*args, **kwargs)
         finally:
             _engine.set_audit_observer(None)
         if wrapper.fallback_reason is not None:

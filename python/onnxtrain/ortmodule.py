@@ -9,11 +9,11 @@ import warnings
 
 import torch
 
-from . import _C, _cache, _io, profiler
+from . import _C, _cache, _eager_warmup, _io, profiler
 from ._autograd import ORTModuleFunction
 from ._compile import opaque_to_torch_compile, unwrap_compiled
 from ._engine import Graphs
-from .capture import TRACE_BATCH, ExportError, diagnose_input_dtypes, export
+from .capture import TRACE_BATCH, BackgroundExport, ExportError, diagnose_input_dtypes, export
 from ._logging import apply_log_level, logger
 from ._module_state import ModuleState
 from ._options import DebugOptions, fallback_enabled
@@ -26,7 +26,7 @@ _FALLBACK_ERRORS = (ExportError, _io.UnsupportedTypeError, _C.UnsupportedError)
 # construction goes to the wrapped module, as ONNX Runtime's ORTModule does.
 _WRAPPER_ATTRIBUTES = frozenset({
     "_original_module", "_debug_options", "_graphs", "_fallback_reason", "_scalars_as_tensors", "engine_runs",
-    "_last_variant",
+    "_last_variant", "_warmup", "eager_warmup_runs",
     "forward", "_forward_signature", "_warned_string_inputs", "_pending_load_report"})
 # The prefix the wrapped module's state has inside torch's own recursion (load_state_dict).
 _INNER = "_original_module."
@@ -63,6 +63,11 @@ class ORTModule(torch.nn.Module):
     changes, or an attribute the trace may have baked in (see _module_state). Batch and sequence
     lengths, and the values of int and float arguments, change freely.
 
+    While an export and its graphs are made, the calls that need them run in eager PyTorch (the
+    eager warm-up, see _eager_warmup; `eager_warmup_runs` counts them, `engine_runs` the calls the
+    engine ran); DebugOptions(eager_warmup=False) or ONNXTRAIN_EAGER_WARMUP=0 makes the call wait
+    for its capture instead.
+
     It stands in for the module: forward has its signature, state_dict keys and named_parameters
     are its own (also when nested in another module), and attributes set on the wrapper are set on
     the module.
@@ -98,6 +103,10 @@ class ORTModule(torch.nn.Module):
         self._last_variant = {}  # call structure -> the variant of its export that ran last
         self._warned_string_inputs = False
         self.engine_runs = 0  # forward calls the engine served: tests use it to prove no fallback
+        # Calls that ran in eager PyTorch while their capture went on (see _eager_warmup).
+        self.eager_warmup_runs = 0
+        self._warmup = _eager_warmup.EagerWarmup() if _eager_warmup.enabled(
+            self._debug_options.eager_warmup) else None
         self._install_forward_signature()
 
     def _install_forward_signature(self):
@@ -130,8 +139,13 @@ class ORTModule(torch.nn.Module):
     def forward(self, *args, **kwargs):
         if self._fallback_reason is not None:
             return self._original_module(*args, **kwargs)
+        flat = prepared = None
+        if self._warmup is not None:
+            flat, prepared = self._warmup_step(args, kwargs)
+            if prepared is _eager_warmup.EAGER:
+                return self._run_eagerly(args, kwargs)
         try:
-            graphs, params, tensors = self._graphs_for(args, kwargs)
+            graphs, params, tensors = self._graphs_for(args, kwargs, flat=flat, prepared=prepared)
             feeds = self._feeds(graphs, params, tensors)
             self.__dict__["engine_runs"] += 1
             try:
@@ -186,11 +200,93 @@ class ORTModule(torch.nn.Module):
             return ORTModuleFunction.apply(run, *feeds)
         return graphs.infer(feeds)
 
-    def _graphs_for(self, args, kwargs, full_trace=False, variant=None):
+    def _warmup_step(self, args, kwargs):
+        """((tensors, schema) of this call, or None, and what the eager warm-up decides for it:
+        EAGER, a finished capture for _graphs_for to take, or None)."""
+        try:
+            tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
+        except _io.UnsupportedTypeError:
+            return None, None  # _graphs_for raises it again, where the fallback policy decides
+        call = (self._original_module.training, schema, _io.call_signature(tensors))
+        key = call + (self._last_variant.get(call, 0),)
+        entry = self._graphs.get(key)
+        has_graphs = entry is not None and entry[2].unchanged()
+
+        def start_job():
+            self._check_call(args, kwargs, schema)
+            return self._start_background_capture(key, tensors, schema)
+
+        decision = self._warmup.before_call(key, has_graphs, start_job)
+        while self._warmup.finished:  # another call structure's capture, done while its calls were away
+            job = self._warmup.finished.pop()
+            if job.exported is not None and not (job.exported.bakes_scalars and self._scalars_as_tensors):
+                self._build(job.key, None, job.key[1], job.key[0], prepared=job)
+        return (tensors, schema), decision
+
+    def _start_background_capture(self, key, tensors, schema):
+        """The WarmupJob that captures this call beside the eager calls, or None where it cannot
+        (a variant of a call structure, or no forked export here): the call then captures blocking."""
+        if key[3] != 0:
+            return None
+        training = key[0]
+        cache_key = cached = None
+        if _cache.directory():
+            cache_key = _cache.key(self._original_module, training, schema, key[2])
+            cached = _cache.load(cache_key)
+        export_job = None
+        if cached is None:
+            export_job = BackgroundExport(self._original_module, tensors, schema, training)
+            if export_job.in_process:
+                return None
+        grad_call = torch.is_grad_enabled()
+        input_requires_grad = [t.requires_grad and t.is_floating_point() for t in tensors]
+        name = type(self._original_module).__name__
+        module, options = self._original_module, self._debug_options
+
+        def build(exported, export_seconds):  # on the job's thread
+            graphs = Graphs(exported, name, training, options, export_seconds)
+            params = _ParamLookup(module, [ref for kind, ref in exported.graph_inputs if kind == "param"])
+            if grad_call:
+                feeds = self._feeds(graphs, params, tensors)
+                requires_grad = tuple(t.requires_grad and t.is_floating_point() if kind == "param" else
+                                      input_requires_grad[ref] for t, (kind, ref) in zip(feeds, exported.graph_inputs))
+                if any(requires_grad):
+                    # Not run here: a run beside the eager steps would hold the engine's memory and
+                    # theirs at once (resnet50: 2.9 GB against eager's 1.95).
+                    graphs.training_run(requires_grad)
+            return graphs, params
+
+        job = _eager_warmup.WarmupJob(key, export_job, build, cached)
+        job.cache_key = cache_key
+        logger.info("onnxtrain: capturing %s in the background; its calls run in eager PyTorch until the engine's "
+                    "graphs are ready", name)
+        return job
+
+    def _run_eagerly(self, args, kwargs):
+        self.__dict__["eager_warmup_runs"] += 1
+        _eager_warmup.STATISTICS["eager_warmup_calls"] += 1
+        outputs = self._original_module(*args, **kwargs)
+        job = self._warmup.job
+        if job is not None and job.state is None:
+            # After the first eager call, as after an export in this process: what the forward sets on
+            # its first call (a lazily built cache) is not a change to export again for.
+            job.state = ModuleState(self._original_module)
+        return outputs
+
+    def _forget_graphs(self):
+        """The module changed in a way the exports may have baked in: every graph, and any capture in
+        progress, goes."""
+        self._graphs.clear()
+        warmup = self.__dict__.get("_warmup")
+        if warmup is not None:
+            warmup.forget()
+
+    def _graphs_for(self, args, kwargs, full_trace=False, variant=None, flat=None, prepared=None):
         """The graphs for this call, exported if need be. A call's graphs are keyed by (mode, input
         schema, tensor signature, variant): variants are exports of one call structure whose pieces
-        differ (see _run_fitting_export); the one that ran last is tried first."""
-        tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
+        differ (see _run_fitting_export); the one that ran last is tried first. `flat` is the call's
+        (tensors, schema) when the caller has them; `prepared` a finished WarmupJob for this call."""
+        tensors, schema = flat if flat is not None else _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
         training = self._original_module.training
         call = (training, schema, _io.call_signature(tensors))
         key = call + (self._last_variant.get(call, 0) if variant is None else variant,)
@@ -206,7 +302,8 @@ class ORTModule(torch.nn.Module):
             self._check_call(args, kwargs, schema)
             numbers_as_tensors = self._scalars_as_tensors and bool(_io.scalar_positions(schema))
             try:
-                entry = self._build(key, tensors, schema, training, full_trace)
+                entry = self._build(key, tensors, schema, training, full_trace,
+                                    prepared if prepared is not None and prepared.key == key else None)
             except ExportError as e:
                 if not numbers_as_tensors:
                     raise
@@ -241,7 +338,7 @@ class ORTModule(torch.nn.Module):
         logger.info("onnxtrain: %s takes Python numbers as they are, since %s; numbers now key the export",
                     type(self._original_module).__name__, why)
         self._scalars_as_tensors = False
-        self._graphs.clear()
+        self._forget_graphs()
         self._last_variant.clear()
         return self._graphs_for(args, kwargs)
 
@@ -297,36 +394,58 @@ class ORTModule(torch.nn.Module):
                     "string into the graph as a constant, so every distinct string value exports the module "
                     "again. Pass tensors, or few distinct strings.", UserWarning, stacklevel=6)
 
-    def _build(self, key, tensors, schema, training, full_trace=False):
+    def _build(self, key, tensors, schema, training, full_trace=False, prepared=None):
+        """Exports this call (or takes `prepared`'s export, a finished WarmupJob's) and keeps its
+        graphs under `key`, evicting the least recently used past DebugOptions.max_cached_graphs."""
         name = type(self._original_module).__name__
         start = time.perf_counter()
+        if prepared is not None and prepared.in_process:
+            prepared = None  # its child could not export: this process does, as export() would
+        if prepared is not None and prepared.error is not None:
+            self._raise_export_error(prepared.error, tensors, schema)
         cache_key = None
         exported = None
-        if _cache.directory():
+        fresh = True  # exported now (here or beside the eager calls), not loaded from the cache
+        if prepared is not None:
+            exported, cache_key = prepared.exported, None if prepared.from_cache else prepared.cache_key
+            fresh = not prepared.from_cache
+            export_seconds = prepared.export_seconds
+        elif _cache.directory():
             # Variant 0 keeps the key of a call structure's first export; later ones have their own.
             cache_key = _cache.key(self._original_module, training, schema, key[2] if key[3] == 0 else key[2:])
             exported = None if full_trace else _cache.load(cache_key)
             if exported is not None:
+                cache_key, fresh = None, False
                 logger.info("onnxtrain: loaded the %s export of %s from the cache", "train" if training else "eval",
                             name)
         if exported is None:
             try:
                 exported = export(self._original_module, tensors, schema, training, full_trace)
             except ExportError as e:
-                dtype_error = diagnose_input_dtypes(self._original_module, tensors, schema, str(e))
-                if dtype_error is not None:
-                    raise dtype_error from None
-                raise
+                self._raise_export_error(e, tensors, schema)
+        if fresh:
             for message, from_user_code in exported.trace_warnings:
                 logger.log(logging.WARNING if from_user_code else logging.DEBUG,
                            "onnxtrain: exporting %s: the tracer warns that the graph may not generalize: %s",
                            name, message)
-            if cache_key is not None:
-                _cache.store(cache_key, exported)
-        graphs = Graphs(exported, name, training, self._debug_options, time.perf_counter() - start)
-        params = _ParamLookup(self._original_module, [ref for kind, ref in exported.graph_inputs if kind == "param"])
+        if cache_key is not None:
+            _cache.store(cache_key, exported)
+        if prepared is not None and prepared.built is not None:
+            graphs, params = prepared.built
+        else:
+            if prepared is None:
+                export_seconds = time.perf_counter() - start
+            graphs = Graphs(exported, name, training, self._debug_options, export_seconds)
+            params = _ParamLookup(self._original_module,
+                                  [ref for kind, ref in exported.graph_inputs if kind == "param"])
         # Taken after the export: an export in this process runs the forward, which may set attributes.
-        self._graphs[key] = (graphs, params, ModuleState(self._original_module))
+        state = prepared.state if prepared is not None and prepared.state is not None else \
+            ModuleState(self._original_module)
+        if prepared is not None:
+            logger.info("onnxtrain: %s switches from eager PyTorch to the engine after %.1f s of capture beside "
+                        "%d eager calls", name, time.perf_counter() - prepared.started, self.eager_warmup_runs)
+            _eager_warmup.return_freed_memory()
+        self._graphs[key] = (graphs, params, state)
         self._graphs.move_to_end(key)
         while len(self._graphs) > self._debug_options.max_cached_graphs:
             evicted, _ = self._graphs.popitem(last=False)
@@ -335,6 +454,14 @@ class ORTModule(torch.nn.Module):
             logger.info("onnxtrain: %s keeps %d graphs (DebugOptions.max_cached_graphs); dropping the least "
                         "recently used", name, self._debug_options.max_cached_graphs)
         return self._graphs[key]
+
+    def _raise_export_error(self, error, tensors, schema):
+        """Raises an export's error, or the clearer one that the inputs' dtypes explain it."""
+        dtype_error = None if tensors is None else diagnose_input_dtypes(self._original_module, tensors, schema,
+                                                                          str(error))
+        if dtype_error is not None:
+            raise dtype_error from None
+        raise error
 
     def _fall_back(self, reason, args, kwargs):
         if not fallback_enabled():
@@ -397,26 +524,26 @@ class ORTModule(torch.nn.Module):
 
     def register_buffer(self, name, tensor, persistent=True):
         self._original_module.register_buffer(name, tensor, persistent)
-        self._graphs.clear()  # the forward may now read it
+        self._forget_graphs()  # the forward may now read it
 
     def register_parameter(self, name, param):
         if "_original_module" not in self._modules:  # during nn.Module's own __init__
             return super().register_parameter(name, param)
         self._original_module.register_parameter(name, param)
-        self._graphs.clear()
+        self._forget_graphs()
 
     def add_module(self, name, module):
         if "_original_module" not in self._modules or name == "_original_module":
             return super().add_module(name, module)
         self._original_module.add_module(name, module)
-        self._graphs.clear()
+        self._forget_graphs()
 
     register_module = add_module
 
     def _apply(self, fn):
         # .to(), .double(), .half(), ...: new dtypes or devices need new graphs.
         result = super()._apply(fn)
-        self._graphs.clear()
+        self._forget_graphs()
         return result
 
     def __setattr__(self, name, value):
@@ -430,13 +557,13 @@ class ORTModule(torch.nn.Module):
         # The forward may read it: the graphs exported so far may bake in the old value. (Dropping
         # them is what a generation counter in the cache key would do, without keeping the dead
         # graphs until the LRU evicts them.)
-        self._graphs.clear()
+        self._forget_graphs()
 
     def __delattr__(self, name):
         if name in _WRAPPER_ATTRIBUTES or name in self.__dict__ or name in self._modules:
             return super().__delattr__(name)
         delattr(self._original_module, name)
-        self._graphs.clear()
+        self._forget_graphs()
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(dir(self._original_module)))
@@ -460,7 +587,8 @@ class ORTModule(torch.nn.Module):
     def __getstate__(self):
         state = self.__dict__.copy()
         for transient in ("_graphs", "_last_variant", "_fallback_reason", "_scalars_as_tensors", "_warned_string_inputs",
-                          "engine_runs", "forward", "_forward_signature", "_pending_load_report"):
+                          "engine_runs", "eager_warmup_runs", "_warmup", "forward", "_forward_signature",
+                          "_pending_load_report"):
             state.pop(transient, None)
         return state
 

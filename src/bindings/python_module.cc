@@ -91,11 +91,13 @@ class PyTrainingSession {
  public:
   PyTrainingSession(const py::bytes& model, std::vector<std::string> wrt, std::vector<std::string> outputs_with_grad,
                     bool check_finite, int opt_level, std::string memory_optimization) {
-    Graph g = load_model(std::string(model));
+    std::string bytes(model);
     TrainingSessionOptions opts{std::move(wrt), std::move(outputs_with_grad), check_finite, opt_level};
     opts.memory_optimization = std::move(memory_optimization);
+    // Without the GIL from the parse on: the eager warm-up builds sessions on a thread of its own
+    // while the user's eager calls go on.
     py::gil_scoped_release nogil;
-    session_ = std::make_unique<TrainingSession>(std::move(g), std::move(opts));
+    session_ = std::make_unique<TrainingSession>(load_model(bytes), std::move(opts));
     const TrainingGraph& tg = session_->training_graph();
     input_dtypes_ = declared_dtypes(tg.graph, tg.forward_inputs);
     grad_dtypes_ = declared_dtypes(tg.graph, tg.output_grad_inputs);
@@ -163,9 +165,10 @@ class PyTrainingSession {
 class PyInferenceSession {
  public:
   PyInferenceSession(const py::bytes& model, bool check_finite, int opt_level) {
-    Graph g = load_model(std::string(model));
-    input_dtypes_ = declared_dtypes(g, g.inputs);
+    std::string bytes(model);
     py::gil_scoped_release nogil;
+    Graph g = load_model(bytes);
+    input_dtypes_ = declared_dtypes(g, g.inputs);
     session_ = std::make_unique<InferenceSession>(std::move(g), check_finite, opt_level);
   }
   py::tuple run(const py::list& inputs, uint64_t seed) {

@@ -9,6 +9,12 @@ sys.path.insert(0, os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(os.path.d
 
 RTOL, ATOL = 1e-4, 1e-5
 
+# The suite's tests judge the engine's runs, so every call captures blocking (as it would with
+# DebugOptions(eager_warmup=False)) and runs on the engine from the first call on; the eager
+# warm-up itself, the default for users, has its own tests (test_eager_warmup.py), which turn it
+# on. Worker processes the tests start inherit this.
+os.environ.setdefault("ONNXTRAIN_EAGER_WARMUP", "0")
+
 # torch's autograd engine starts its device threads once per process, at the first backward, one
 # per device it counts, and torch.export's fake tensors make CUDA count devices even without a GPU
 # (FakeTensorMode installs a no-op CUDA device guard). In a worker whose first backward follows an

@@ -320,6 +320,8 @@ BAD_OPTIONS = [
     ({"max_cached_graphs": None}, TypeError, "max_cached_graphs"),
     ({"memory_optimization": "fast"}, ValueError, "memory_optimization"),
     ({"memory_optimization": 1}, TypeError, "memory_optimization"),
+    ({"eager_warmup": 1}, TypeError, "eager_warmup"),
+    ({"eager_warmup": "off"}, TypeError, "eager_warmup"),
 ]
 
 

@@ -1,11 +1,13 @@
 """What every capture backend shares: the Exported result and its errors, the flat view of a
 module that tracers see, the state an export must leave as it was, the check of Python number
 inputs, and the export driver (a cut-down batch first, in a forked child process)."""
+import collections
 import contextlib
 import gc
 import logging
 import math
 import os
+import time
 
 import torch
 
@@ -13,6 +15,21 @@ from .. import _io, _objects
 
 RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
               "Multinomial"}
+
+
+# Seconds per phase of the export in progress in this process (timed_phase); _export hands them to
+# its Exported as phase_seconds, which the parent logs.
+_PHASE_SECONDS = collections.defaultdict(float)
+
+
+@contextlib.contextmanager
+def timed_phase(name):
+    """Adds the time spent inside to the export's phase `name`."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        _PHASE_SECONDS[name] += time.perf_counter() - start
 
 
 class ExportError(RuntimeError):
@@ -231,6 +248,8 @@ class Exported:
         # torch.export's guards on the inputs' sizes (Python expressions over L['tensors'][i]):
         # relations between dims (x.shape[1] * x.shape[2] == 12) the graph assumes.
         self.shape_guards = ()
+        # Seconds per phase of the export (timed_phase), and "whole": where the export's time went.
+        self.phase_seconds = {}
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -303,11 +322,17 @@ def export(export_once, module, tensors, input_schema, training, full_trace=Fals
     side effects (the trace runs the module's forward) vanish with it. ONNXTRAIN_EXPORT_IN_PROCESS=1
     exports here instead; so does anything the child cannot send back (a locally defined output
     class)."""
-    if hasattr(os, "fork") and os.environ.get("ONNXTRAIN_EXPORT_IN_PROCESS", "0") in ("", "0"):
-        result = _export_in_child(export_once, module, tensors, input_schema, training, full_trace)
+    pending = start_export_in_child(export_once, module, tensors, input_schema, training, full_trace)
+    if pending is not None:
+        result = pending.wait()
         if result is not None:
             return result
     return _export(export_once, module, tensors, input_schema, training, full_trace)
+
+
+def exports_in_child():
+    """Whether exports run in a forked child here (see export)."""
+    return hasattr(os, "fork") and os.environ.get("ONNXTRAIN_EXPORT_IN_PROCESS", "0") in ("", "0")
 
 
 def autograd_runs():
@@ -326,12 +351,46 @@ def autograd_runs():
         return False
 
 
-def _export_in_child(export_once, module, tensors, input_schema, training, full_trace):
-    """Runs _export in a forked child. Returns None when the child could not send its result, or
-    could not run autograd, which the probe of each custom autograd.Function needs (its backward
-    tells which inputs get no gradient): the parent then exports itself."""
+class PendingExport:
+    """An export running in a forked child. wait() (from any thread) returns its Exported, raises
+    its ExportError, or returns None when the child could not export or answer: it could not run
+    autograd, which the probe of each custom autograd.Function needs (its backward tells which
+    inputs get no gradient), or its result does not pickle. The caller then exports in its own
+    process."""
+
+    def __init__(self, pid, read_end):
+        self.pid = pid
+        self._read_end = read_end
+
+    def wait(self):
+        import pickle
+
+        with os.fdopen(self._read_end, "rb") as f:
+            data = f.read()
+        os.waitpid(self.pid, 0)
+        try:
+            kind, value = pickle.loads(data)
+        except Exception:  # noqa: BLE001 - the child died before answering
+            return None
+        if kind == "error":
+            raise ExportError(value)
+        if kind == "no_autograd":
+            logging.getLogger("onnxtrain").info(
+                "onnxtrain: autograd cannot run in a child forked from this process (torch's autograd engine "
+                "started threads here), so the module is exported in this process")
+        return value if kind == "ok" else None
+
+
+def start_export_in_child(export_once, module, tensors, input_schema, training, full_trace=False,
+                          background=False):
+    """Forks a child that runs _export and returns its PendingExport, or None where exports do not
+    run in a child (exports_in_child). The fork copies the module as it is now: call it between the
+    module's calls. A `background` child yields the CPU to the user's own work (nice 10): the
+    eager steps it runs beside should not slow down for it."""
     import pickle
 
+    if not exports_in_child():
+        return None
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: export, send the pickled outcome, leave without cleanup handlers
@@ -341,6 +400,8 @@ def _export_in_child(export_once, module, tensors, input_schema, training, full_
             gc.disable()
             os.close(read_end)
             torch.set_num_threads(1)  # OpenMP's thread pool does not survive fork
+            if background:
+                os.nice(10)
             try:
                 if autograd_runs():
                     outcome = ("ok", _export(export_once, module, tensors, input_schema, training, full_trace))
@@ -357,33 +418,27 @@ def _export_in_child(export_once, module, tensors, input_schema, training, full_
         finally:
             os._exit(0)
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    try:
-        kind, value = pickle.loads(data)
-    except Exception:  # noqa: BLE001 - the child died before answering
-        return None
-    if kind == "error":
-        raise ExportError(value)
-    if kind == "no_autograd":
-        logging.getLogger("onnxtrain").info(
-            "onnxtrain: autograd cannot run in a child forked from this process (torch's autograd engine "
-            "started threads here), so the module is exported in this process")
-    return value if kind == "ok" else None
+    return PendingExport(pid, read_end)
 
 
 def _export(export_once, module, tensors, input_schema, training, full_trace=False):
     """Exports `module` called on the inputs described by (tensors, input_schema). The trace first
     runs on a cut-down batch; it is redone at full size when the user's code made it warn (a
     branch or a Python number taken from the data, which a smaller batch could change)."""
+    _PHASE_SECONDS.clear()
+    start = time.perf_counter()
     small, shrunk = trace_inputs(tensors)
+    exported = None
     if shrunk and not full_trace:
         try:
             exported = export_once(module, small, input_schema, training)
         except ExportError:
             exported = None  # e.g. a shape written for the real batch: the full trace decides
-        if exported is not None and not any(user for _, user in exported.trace_warnings):
+        if exported is not None and any(user for _, user in exported.trace_warnings):
+            exported = None
+        elif exported is not None:
             exported.shrunk = True
-            return exported
-    return export_once(module, tensors, input_schema, training)
+    if exported is None:
+        exported = export_once(module, tensors, input_schema, training)
+    exported.phase_seconds = dict(_PHASE_SECONDS, whole=time.perf_counter() - start)
+    return exported

@@ -12,7 +12,7 @@ import torch
 from ... import _io
 from .. import onnx_rewrites
 from ..common import (RANDOM_OPS, Exported, ExportError, FlatModule, diagnose_input_dtypes, numbers_change_the_result,
-                      preserved_state, traced_as_in_training)
+                      preserved_state, timed_phase, traced_as_in_training)
 from . import checkpoints, stubs
 from . import functions as python_functions
 from . import opset17, output_types, refused, translations
@@ -78,7 +78,8 @@ def prepare():
 
 
 def _convert(program):
-    core_export, registry = prepare()
+    with timed_phase("the exporter's imports and registry"):
+        core_export, registry = prepare()
     if core_export is not None:
         try:
             return core_export(program, (), None, registry=registry, optimize=False, verbose=False)
@@ -140,7 +141,8 @@ def export_once(module, tensors, input_schema, training):
                           "capture does not trace")
     # torch.export traces fake tensors, whose kernels do not all check dtypes (a float64 input
     # through a float32 Linear traces): a call that eager refuses for its dtypes is refused here.
-    dtype_error = diagnose_input_dtypes(module, tensors, input_schema, "")
+    with timed_phase("dtype check (an eager forward)"):
+        dtype_error = diagnose_input_dtypes(module, tensors, input_schema, "")
     if dtype_error is not None:
         raise ExportError(str(dtype_error))
     flat = FlatModule(module, input_schema)
@@ -180,7 +182,8 @@ def _trace(module, flat, args, dynamic, functions, probes):
             # Not size-oblivious (which the dynamo exporter uses for dims of size 1): onnxscript then
             # writes x.squeeze(1) as a Squeeze that fails for every other size. torch.export fixes
             # dims of size 0 and 1 instead, so a batch of 1 gets an export of its own.
-            program = torch.export.export(flat, args, dynamic_shapes=dynamic, strict=False)
+            with timed_phase("torch.export"):
+                program = torch.export.export(flat, args, dynamic_shapes=dynamic, strict=False)
         except Exception as e:  # noqa: BLE001 - every capture failure is reported the same way
             if _caused_by(e, refused.NeedsProbes):
                 raise refused.NeedsProbes() from None
@@ -200,21 +203,23 @@ def _trace(module, flat, args, dynamic, functions, probes):
 def _finish(module, flat, program, args, tensors, input_schema, functions):
     ranges = _dim_ranges(program, len(tensors))
     try:
-        model, params = _to_onnx(program, module)
+        with timed_phase("ONNX translation, in all"):
+            model, params = _to_onnx(program, module)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"the dynamo ONNX exporter failed for {type(module).__name__}: {type(e).__name__}: "
                           f"{_first_lines(e)}") from None
-    output_types.restore(model, output_types.traced_output_types(program))
-    opset17.to_opset17(model)
-    stubs.merge(model, onnx_rewrites.fresh_names(model),
-                lambda group: (python_functions.describe(group) or checkpoints.describe(group)
-                               or stubs.describe_engine_node(group)))
-    num_user_inputs = len(model.graph.input) - len(params)  # the parameters come last
-    num_user_outputs = len(model.graph.output)
-    try:
-        buffer_updates = onnx_rewrites.adapt_to_pytorch(model, module)
-    except ValueError as e:
-        raise ExportError(str(e)) from None
+    with timed_phase("onnxtrain's rewrites"):
+        output_types.restore(model, output_types.traced_output_types(program))
+        opset17.to_opset17(model)
+        stubs.merge(model, onnx_rewrites.fresh_names(model),
+                    lambda group: (python_functions.describe(group) or checkpoints.describe(group)
+                                   or stubs.describe_engine_node(group)))
+        num_user_inputs = len(model.graph.input) - len(params)  # the parameters come last
+        num_user_outputs = len(model.graph.output)
+        try:
+            buffer_updates = onnx_rewrites.adapt_to_pytorch(model, module)
+        except ValueError as e:
+            raise ExportError(str(e)) from None
     graph_inputs = [("input", i) for i in range(num_user_inputs)] + [("param", p) for p in params]
     if num_user_inputs != len(tensors):
         # torch.export drops inputs the graph does not read; the engine is fed by position.

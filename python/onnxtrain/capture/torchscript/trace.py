@@ -11,7 +11,7 @@ import torch
 
 from ... import _io
 from ..common import (RANDOM_OPS, Exported, ExportError, FlatModule, numbers_change_the_result, preserved_state,
-                      traced_as_in_training)
+                      timed_phase, traced_as_in_training)
 from .. import onnx_rewrites
 from . import checkpoint, functions, split_guards, symbolics, torch_onnx
 
@@ -136,10 +136,11 @@ def export_once(module, tensors, input_schema, training):
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", torch.jit.TracerWarning)
         try:
-            torch_onnx.export(
-                flat, tuple(t.detach() for t in tensors), buffer, input_names=input_names,
-                dynamic_axes=dynamic_axes, opset_version=OPSET, training=mode, do_constant_folding=False,
-                export_params=False, keep_initializers_as_inputs=True)
+            with timed_phase("torch.onnx.export"):
+                torch_onnx.export(
+                        flat, tuple(t.detach() for t in tensors), buffer, input_names=input_names,
+                    dynamic_axes=dynamic_axes, opset_version=OPSET, training=mode, do_constant_folding=False,
+                    export_params=False, keep_initializers_as_inputs=True)
         except Exception as e:  # noqa: BLE001 - every export failure is reported the same way
             # Keep only the text: a live exception from a failed torch 1.13 export breaks later exports.
             error = f"{type(e).__name__}: {e}"
