@@ -10,6 +10,13 @@ steps (zero_grad, loss = model(batch), backward, SGD with momentum) and reports 
 onnxtrain's ratio to the fastest peer is taken round by round; tables give medians over rounds
 with their min-max spread. The first step includes export or compilation.
 
+onnxtrain's first calls run in eager PyTorch while its capture goes on beside them (the eager
+warm-up, ORTModule's default): its process steps on until the engine has taken over, and warms the
+engine up with `--warmup` more steps, before its timed steps, each of which must have run on the
+engine. Every process also reports how it started, cold: its first and second steps and the time to
+its 20th step (steps past the timed ones where a model times fewer), and onnxtrain's the peak RSS of
+its export child; `--check` holds them against eager on the same torch.
+
 The physical limit of a step is its GEMM and convolution FLOPs (counted once per model by
 models.train_flops) at the sgemm peak measured in the same run (fresh processes, best of five
 2048^3 products, the faster of PyTorch's and the engine's). "% of limit" is that time over the
@@ -59,6 +66,8 @@ sys.path.insert(0, HERE)
 # LOSS_RTOL (training amplifies float32 rounding step by step, most of all through BatchNorm at
 # small batches, so eager float32 itself drifts from float64).
 STEP_TARGET, FIRST_STEP_TARGET, LOSS_RTOL, MLP_LARGE_GEMM_EFFICIENCY = 0.9, 1.5, 1e-4, 0.9
+SECOND_STEP_TARGET = 1.2  # the second step of the process, over its steady step
+START_STEPS = 20  # the start figure: the time from a cold process's first call to its 20th step
 LOSS_NOISE_FACTOR, LOSS_FLOOR = 5.0, 1e-3  # relative differences are taken against max(|loss|, LOSS_FLOOR)
 README_BEGIN, README_END = "<!-- bench:begin -->", "<!-- bench:end -->"
 README_BF16_BEGIN, README_BF16_END = "<!-- bench-bf16:begin -->", "<!-- bench-bf16:end -->"
@@ -127,14 +136,35 @@ def run_single(args):
     """One contender at `--threads`: step times, the first step (export or compilation, and the
     first run), peak RSS and losses; the reference eager process also counts FLOPs."""
     import contenders
+    if args.agreement:  # the losses compared with float64's are the engine's from the first step on
+        os.environ["ONNXTRAIN_EAGER_WARMUP"] = "0"
     _setup(args.threads, with_engine=args.contender != "eager64" and contenders.is_ours(args.contender))
     c = Contender(args.contender, args.model, args.dropout, args.initial_state, args.save_initial_state)
-    first = c.step()
-    for _ in range(args.warmup - 1):
-        c.step()
+    steps = [c.step() for _ in range(max(args.warmup, 1))]  # every step the process ran, in order
+    if args.contender != "eager64" and contenders.is_ours(args.contender):
+        # The engine's steady step: the calls that ran eagerly while the capture went on (the eager
+        # warm-up) are not its steps, and its own first runs warm up as a peer's do.
+        while contenders.capturing(c.model):
+            steps.append(c.step())
+            if len(steps) > 1_000_000:
+                raise RuntimeError("the engine never took over from the eager warm-up")
+        for _ in range(args.warmup):
+            steps.append(c.step())
+    engine_calls = contenders.engine_calls(args.contender, c.model, c.train)
     times = [c.step() for _ in range(args.steps)]
-    result = dict(times=times, first=first, rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  losses=c.losses)
+    if engine_calls is not None:
+        ran = contenders.engine_calls(args.contender, c.model, c.train) - engine_calls
+        if ran != args.steps:  # honest figures: every timed step ran on the engine
+            raise RuntimeError(f"{ran} of the {args.steps} timed steps ran on the engine")
+    # The start figure, time to the 20th step, on every process: a user judges a trainer by how
+    # soon it has trained, not by its steady step alone.
+    later = ([c.step() for _ in range(START_STEPS - len(steps) - len(times))]
+             if not (args.agreement or args.count_flops) else [])
+    result = dict(times=times, first=steps[0], second=(steps + times)[1] if len(steps + times) > 1 else None,
+                  to_20th=sum((steps + times + later)[:START_STEPS]) if len(steps + times + later) >= START_STEPS
+                  else None,
+                  warmup_steps=len(steps), rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  export_child_rss_mb=contenders.export_child_rss_mb(args.contender), losses=c.losses)
     if args.count_flops:
         import models
         result["flops"] = models.train_flops(c.net, c.batches[0])
@@ -278,7 +308,7 @@ def measure_model(name, args, peaks):
         # initialization is not the same on every torch (torchvision's convnext_tiny draws other
         # weights on torch 2.15 than on 1.13), and a loss is only comparable on the same model.
         initial_state = os.path.join(tempfile.mkdtemp(prefix="bench-init-"), "initial_state.pt")
-        agree = common[:2] + ["--steps", str(args.agreement_steps), "--warmup", "1", "--dropout", "0"]
+        agree = common[:2] + ["--steps", str(args.agreement_steps), "--warmup", "1", "--dropout", "0", "--agreement"]
         row["loss_diff"] = {}
         try:
             ref = _spawn(contenders.interpreter(reference), "single", 1,
@@ -311,6 +341,13 @@ def _summarize(row, flops, peaks, args):
             if flops:
                 peak = peaks[threads] if contenders.precision(c) == "float32" else peaks["bfloat16"][threads]
                 row["pct_limit"][f"{c}@{threads}"] = flops / (peak * 1e9) / row["step"][f"{c}@{threads}"]["median"]
+            start = {}
+            for figure in ("first", "second", "to_20th", "export_child_rss_mb"):
+                values = [r[figure] for r in rs if r.get(figure) is not None]
+                if values:
+                    start[figure] = statistics.median(values)
+            start["steady"] = statistics.median(med(r) for r in rs)
+            row.setdefault("start", {})[f"{c}@{threads}"] = start
             if threads == 1:
                 row["first"][c] = statistics.median(r["first"] for r in rs)
                 row["rss"][c] = statistics.median(r["rss_mb"] for r in rs)
@@ -336,6 +373,33 @@ def _summarize(row, flops, peaks, args):
             row.setdefault("fastest_peer", {})[threads] = min(their, key=lambda p: row["step"][f"{p}@{threads}"]["median"])
 
 
+def _start_misses(r):
+    """Issue 38's targets, at every thread count, against eager on the same torch: the time to the
+    20th step no more than eager's, the second step at most SECOND_STEP_TARGET x the steady step,
+    and the export child's peak RSS no more than eager's process's."""
+    import contenders
+    out = []
+    start = r.get("start", {})
+    for key, ours in start.items():
+        c, threads = key.split("@")
+        if not contenders.is_ours(c):
+            continue
+        eager = next((start[k] for k in start if k.split("@")[1] == threads and contenders.is_eager_twin(
+            k.split("@")[0], c)), None)
+        if eager and "to_20th" in ours and "to_20th" in eager and ours["to_20th"] > eager["to_20th"]:
+            out.append(f"{r['model']} {c} {threads}t: 20th step at {ours['to_20th']:.2f} s > eager's "
+                       f"{eager['to_20th']:.2f} s")
+        if "second" in ours and ours["second"] > SECOND_STEP_TARGET * ours["steady"]:
+            out.append(f"{r['model']} {c} {threads}t: second step {ours['second']:.3f} s > {SECOND_STEP_TARGET} x "
+                       f"its steady {ours['steady']:.3f} s")
+        if threads == "1" and eager and ours.get("export_child_rss_mb") and c in r["rss"]:
+            eager_rss = next(r["rss"][p] for p in r["rss"] if contenders.is_eager_twin(p, c))
+            if ours["export_child_rss_mb"] > eager_rss:
+                out.append(f"{r['model']} {c}: export child's peak RSS {ours['export_child_rss_mb']:.0f} MB > eager's "
+                           f"{eager_rss:.0f} MB")
+    return out
+
+
 def misses(rows):
     import contenders
     import models
@@ -358,6 +422,7 @@ def misses(rows):
                 leanest = min(their, key=lambda p: r["rss"][p])
                 if r["rss"][c] > r["rss"][leanest]:
                     out.append(f"{name} {c}: peak RSS {r['rss'][c]:.0f} MB > {leanest}'s {r['rss'][leanest]:.0f} MB")
+        out += _start_misses(r)
         target = OWN_FLOAT32_TARGET.get(r.get("bfloat16_isa"))
         for key, ratio in r.get("own_float32", {}).items():
             c, threads = key.split("@")
@@ -552,6 +617,23 @@ def markdown(rows, meta):
                     text += f" ({breaks} graph breaks)"
             cells.append(cell(r, c, text) if c in r["failed"] else text)
         lines.append(f"| {r['title']} | " + " | ".join(cells) + " |")
+    started = [r for r in rows if r.get("start")]
+    for threads in (1, 2) if started else ():
+        lines += ["", f"**Start at {threads} thread{'s' if threads > 1 else ''}: first step s / second step s / time to "
+                  "the 20th step s** (a cold process, from its first call into the model; onnxtrain's export child's "
+                  "peak RSS MB after them, at 1 thread)", "",
+                  "| model | " + " | ".join(names) + " |", "|---" * (1 + len(names)) + "|"]
+        for r in started:
+            cells = []
+            for c in names:
+                figures = r["start"].get(f"{c}@{threads}")
+                text = "-"
+                if figures:
+                    text = " / ".join(f"{figures[k]:.2f}" if k in figures else "-" for k in ("first", "second", "to_20th"))
+                    if threads == 1 and figures.get("export_child_rss_mb"):
+                        text += f" ({figures['export_child_rss_mb']:.0f} MB)"
+                cells.append(cell(r, c, text) if c in r["failed"] else text)
+            lines.append(f"| {r['title']} | " + " | ".join(cells) + " |")
     for r in rows:
         if "gemm_efficiency" in r:
             lines += ["", f"{r['title']}: the engine's GEMMs at {r['gemm_gflops']:.0f} GFLOP/s, "
@@ -735,6 +817,8 @@ def main():
     p.add_argument("--dropout", type=float, default=None)
     p.add_argument("--save-initial-state", default=None, help="internal: write the model's initial state_dict here")
     p.add_argument("--initial-state", default=None, help="internal: start from this state_dict")
+    p.add_argument("--agreement", action="store_true", help="internal: a loss-agreement run, whose steps all run on "
+                   "the engine (no eager warm-up)")
     p.add_argument("--count-flops", action="store_true")
     p.add_argument("--gemm-efficiency", action="store_true")
     args = p.parse_args()

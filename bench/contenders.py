@@ -68,6 +68,12 @@ def peers(names, like=None):
     return [n for n in names if not is_ours(n) and (like is None or precision(n) == precision(like))]
 
 
+def is_eager_twin(peer, ours):
+    """Whether `peer` is eager PyTorch on the same torch and in the same precision as `ours`."""
+    return (CONTENDERS[peer][1] == "eager" and CONTENDERS[peer][0] == CONTENDERS[ours][0]
+            and precision(peer) == precision(ours))
+
+
 _interpreters = {}
 
 
@@ -177,6 +183,31 @@ def environment_variables(name):
     if kind == "ort":
         return {"ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
     return {}
+
+
+def capturing(model):
+    """Whether an onnxtrain ORTModule still runs its calls eagerly while its capture goes on."""
+    warmup = getattr(model, "_warmup", None)
+    return warmup is not None and warmup.job is not None
+
+
+def engine_calls(name, model, step):
+    """How many calls the engine served so far (None for a peer): ORTModule's engine runs, or
+    TrainStep's whole steps as one engine call."""
+    kind = CONTENDERS.get(name, (None, None))[1]
+    if kind == "onnxtrain":
+        return model.engine_runs
+    if kind == "onnxtrain_step":
+        return getattr(step, "whole_steps_of", step).whole_steps
+    return None
+
+
+def export_child_rss_mb(name):
+    """The peak RSS of the largest export child an onnxtrain process forked (None for a peer)."""
+    if CONTENDERS.get(name, (None, None))[1] not in ("onnxtrain", "onnxtrain_step"):
+        return None
+    import resource
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 or None
 
 
 def evidence(name, model, step):
