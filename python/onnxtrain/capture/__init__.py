@@ -119,7 +119,7 @@ class BackgroundExport:
     def _start(self, backend):
         _prepare_for(backend)
         self._backend = backend
-        pending = common.start_export_in_child(backend.export_once, *self._args, background=True)
+        pending = common.start_export_in_child(backend.export_once, *self._args)
         self._answer = None
         if pending is None:
             self._thread = None

@@ -381,12 +381,10 @@ class PendingExport:
         return value if kind == "ok" else None
 
 
-def start_export_in_child(export_once, module, tensors, input_schema, training, full_trace=False,
-                          background=False):
+def start_export_in_child(export_once, module, tensors, input_schema, training, full_trace=False):
     """Forks a child that runs _export and returns its PendingExport, or None where exports do not
     run in a child (exports_in_child). The fork copies the module as it is now: call it between the
-    module's calls. A `background` child yields the CPU to the user's own work (nice 10): the
-    eager steps it runs beside should not slow down for it."""
+    module's calls."""
     import pickle
 
     if not exports_in_child():
@@ -400,8 +398,6 @@ def start_export_in_child(export_once, module, tensors, input_schema, training, 
             gc.disable()
             os.close(read_end)
             torch.set_num_threads(1)  # OpenMP's thread pool does not survive fork
-            if background:
-                os.nice(10)
             try:
                 if autograd_runs():
                     outcome = ("ok", _export(export_once, module, tensors, input_schema, training, full_trace))
