@@ -207,12 +207,17 @@ def test_a_shape_change_after_the_switch_warms_up_again():
     assert model.eager_warmup_runs == 2 and model.engine_runs == 3
 
 
-def test_a_capture_that_fails_raises_at_the_switch(monkeypatch):
+@pytest.fixture
+def failing_exports(monkeypatch):
+    """Every capture backend fails (in the forked child too, which inherits the patch)."""
     def fails(*args, **kwargs):
         raise ExportError("this module cannot be exported (the test's own failure)")
 
     for backend in onnxtrain.capture.BACKENDS.values():
         monkeypatch.setattr(backend, "export_once", fails)
+
+
+def test_a_capture_that_fails_raises_at_the_switch(failing_exports):
     model = warm(make_net())
     x = torch.randn(4, 6)
     model(x).sum().backward()  # eager, while the capture fails beside it
@@ -223,14 +228,8 @@ def test_a_capture_that_fails_raises_at_the_switch(monkeypatch):
         model(x)
 
 
-def test_a_capture_that_fails_falls_back_loudly_where_the_policy_allows(monkeypatch):
+def test_a_capture_that_fails_falls_back_loudly_where_the_policy_allows(monkeypatch, failing_exports):
     monkeypatch.setenv("ONNXTRAIN_FALLBACK", "1")
-
-    def fails(*args, **kwargs):
-        raise ExportError("this module cannot be exported (the test's own failure)")
-
-    for backend in onnxtrain.capture.BACKENDS.values():
-        monkeypatch.setattr(backend, "export_once", fails)
     model = warm(make_net())
     x = torch.randn(4, 6)
     model(x)
