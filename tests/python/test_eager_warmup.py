@@ -319,3 +319,21 @@ def test_a_module_change_during_the_warmup_captures_again():
     out = model(x)
     assert_engine_ran(out)
     assert_close(out, plain(x), "engine call after the change")
+
+
+def test_the_capture_gets_a_core_of_its_own_and_the_threads_come_back():
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        pytest.skip("one core: the eager calls keep their single thread")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cores)
+    try:
+        model = warm(make_net())
+        x = torch.randn(4, 6)
+        model(x)  # starts the capture: while it runs, the eager calls leave it a core
+        assert torch.get_num_threads() == cores - 1
+        wait_for_capture(model)
+        assert_engine_ran(model(x))
+        assert torch.get_num_threads() == cores
+    finally:
+        torch.set_num_threads(threads)
