@@ -203,7 +203,9 @@ def engine_calls(name, model, step):
 
 
 def export_child_rss_mb(name):
-    """The peak RSS of the largest export child an onnxtrain process forked (None for a peer)."""
+    """The peak RSS of the largest child process an onnxtrain process waited for (None for a peer):
+    its export children, and any other child (an eager process of this bench also shows one, of
+    about 450 MB, that the model zoo's imports start), so an upper bound on the export's."""
     if CONTENDERS.get(name, (None, None))[1] not in ("onnxtrain", "onnxtrain_step"):
         return None
     import resource

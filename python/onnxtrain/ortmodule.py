@@ -201,8 +201,9 @@ class ORTModule(torch.nn.Module):
         return graphs.infer(feeds)
 
     def _warmup_step(self, args, kwargs):
-        """((tensors, schema) of this call, or None, and what the eager warm-up decides for it:
-        EAGER, a finished capture for _graphs_for to take, or None)."""
+        """(what _graphs_for needs of this call, already computed: its tensors, schema, graphs key
+        and its graphs when they exist and still fit the module; or None), and what the eager
+        warm-up decides for it: EAGER, a finished capture for _graphs_for to take, or None."""
         try:
             tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
         except _io.UnsupportedTypeError:
@@ -221,7 +222,7 @@ class ORTModule(torch.nn.Module):
             job = self._warmup.finished.pop()
             if job.exported is not None and not (job.exported.bakes_scalars and self._scalars_as_tensors):
                 self._build(job.key, None, job.key[1], job.key[0], prepared=job)
-        return (tensors, schema), decision
+        return (tensors, schema, key, entry if has_graphs else None), decision
 
     def _start_background_capture(self, key, tensors, schema):
         """The WarmupJob that captures this call beside the eager calls, or None where it cannot
@@ -284,12 +285,20 @@ class ORTModule(torch.nn.Module):
     def _graphs_for(self, args, kwargs, full_trace=False, variant=None, flat=None, prepared=None):
         """The graphs for this call, exported if need be. A call's graphs are keyed by (mode, input
         schema, tensor signature, variant): variants are exports of one call structure whose pieces
-        differ (see _run_fitting_export); the one that ran last is tried first. `flat` is the call's
-        (tensors, schema) when the caller has them; `prepared` a finished WarmupJob for this call."""
-        tensors, schema = flat if flat is not None else _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
-        training = self._original_module.training
-        call = (training, schema, _io.call_signature(tensors))
-        key = call + (self._last_variant.get(call, 0) if variant is None else variant,)
+        differ (see _run_fitting_export); the one that ran last is tried first. `flat` is what
+        _warmup_step found for this call (its graphs checked once per call, not twice); `prepared` a
+        finished WarmupJob for this call."""
+        checked = None
+        if flat is not None and variant is None:
+            tensors, schema, key, checked = flat
+        else:
+            tensors, schema = _io.flatten_inputs(args, kwargs, self._scalars_as_tensors)
+            call = (self._original_module.training, schema, _io.call_signature(tensors))
+            key = call + (self._last_variant.get(call, 0) if variant is None else variant,)
+        training = key[0]
+        if checked is not None and not full_trace and self._graphs.get(key) is checked:
+            self._graphs.move_to_end(key)
+            return checked[0], checked[1], tensors
         entry = None if full_trace else self._graphs.get(key)
         if entry is not None and not entry[2].unchanged():
             logger.info("onnxtrain: an attribute or submodule of %s changed since its export; exporting again",

@@ -337,3 +337,49 @@ def test_the_capture_gets_a_core_of_its_own_and_the_threads_come_back():
         assert torch.get_num_threads() == cores
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_module_torch_export_refuses_is_captured_by_torchscript_beside_the_eager_calls(monkeypatch):
+    from conftest import torch_export_capture
+
+    def refuses(*args, **kwargs):
+        raise ExportError("torch.export refuses this module (the test's own refusal)")
+
+    monkeypatch.setattr(onnxtrain.capture.BACKENDS["torch_export"], "export_once", refuses)
+    plain = make_net()
+    model = warm(copy.deepcopy(plain))
+    x = torch.randn(4, 6)
+    model(x)
+    if torch_export_capture():  # the default capture refuses it: TorchScript's child is forked next
+        with pytest.warns(RuntimeWarning, match="TorchScript exporter .*the test's own refusal"):
+            wait_for_capture(model)
+    else:
+        wait_for_capture(model)
+    out = model(x)
+    assert_engine_ran(out)
+    assert_close(out, plain(x), "output")
+    assert model.eager_warmup_runs == 1 and model.engine_runs == 1
+
+
+TORCH_2 = int(torch.__version__.split(".")[0]) >= 2
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(torch.bfloat16, id="bfloat16"),
+                                   pytest.param(torch.float16, id="float16", marks=pytest.mark.skipif(
+                                       not TORCH_2, reason="torch 1.13's CPU autocast has no float16"))])
+def test_under_autocast_the_warmup_and_the_engine_both_compute_in_the_16_bit_type(dtype):
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Linear(16, 3))
+    model = warm(copy.deepcopy(plain))
+    x = torch.randn(4, 6)
+    for i in range(3):
+        if i == 1:
+            wait_for_capture(model)
+        with torch.autocast("cpu", dtype=dtype):
+            out, expected = model(x), plain(x)
+        assert out.dtype == expected.dtype == dtype, i
+        # Eager's call and the engine's round at different points: a few 16-bit steps apart at most.
+        torch.testing.assert_close(out, expected, rtol=2e-2, atol=2e-2, msg=lambda m: f"call {i}: {m}")
+        if i >= 1:
+            assert_engine_ran(out)
+    assert model.eager_warmup_runs == 1 and model.engine_runs == 2

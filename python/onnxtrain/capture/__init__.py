@@ -78,6 +78,15 @@ def _announce_fallback(module, reason):
     FALLBACKS.append((type(module).__name__, reason))
 
 
+def _falls_back(backend, explicit):
+    """Whether a failed export by `backend` is tried again by TorchScript."""
+    return not explicit and backend is not torchscript
+
+
+def _failed_twice(error, first_failure):
+    return ExportError(f"{error} (the torch.export capture had failed first: {first_failure})")
+
+
 def export(module, tensors, input_schema, training, full_trace=False):
     """Exports `module` called on the inputs (tensors, input_schema) with the chosen backend."""
     chosen, explicit = _chosen()
@@ -85,14 +94,14 @@ def export(module, tensors, input_schema, training, full_trace=False):
     try:
         return common.export(chosen.export_once, module, tensors, input_schema, training, full_trace)
     except ExportError as e:
-        if explicit or chosen is torchscript:
+        if not _falls_back(chosen, explicit):
             raise
         reason = str(e)
     _announce_fallback(module, reason)
     try:
         exported = common.export(torchscript.export_once, module, tensors, input_schema, training, full_trace)
     except ExportError as e:
-        raise ExportError(f"{e} (the torch.export capture had failed first: {reason})") from None
+        raise _failed_twice(e, reason) from None
     exported.capture_fallback = reason
     return exported
 
@@ -154,9 +163,9 @@ class BackgroundExport:
                 self.exported = value
             return True
         if self._first_failure is not None:
-            self.error = ExportError(f"{value} (the torch.export capture had failed first: {self._first_failure})")
+            self.error = _failed_twice(value, self._first_failure)
             return True
-        if self._explicit or self._backend is torchscript:
+        if not _falls_back(self._backend, self._explicit):
             self.error = value
             return True
         self._first_failure = str(value)
