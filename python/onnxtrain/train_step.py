@@ -128,7 +128,7 @@ class TrainStep:
         self._set_grads(run, plan, feeds, _engine.from_capsules(grad_capsules, []), updated)
         if hasattr(self.optimizer, "_step_count"):  # what torch.optim's step counts for LR schedulers
             self.optimizer._step_count += 1
-        self.model.__dict__["engine_runs"] += 1
+        self.model._calls.engine_runs += 1
         self.whole_steps += 1
         outputs = graphs.apply_buffer_updates(self.model._original_module, _engine.from_capsules(capsules, bools))
         return _io.unflatten_outputs(graphs.exported.output_schema, list(outputs), (args, kwargs))

@@ -15,6 +15,7 @@
 #include "ops/training/training_domain.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
+#include "session/graph_preparation.h"
 
 namespace onnxtrain {
 namespace {
@@ -328,7 +329,7 @@ ArtifactSummary v1::generate_artifacts(const Model& model, const std::string& ou
       g.inputs.push_back(p);
     }
   }
-  infer_shapes(g);
+  prepare_graph(g, GraphUse::Training);
   std::string target;
   const std::string model_output = g.outputs[0];
   const std::string loss = append_loss(g, o.loss, target);

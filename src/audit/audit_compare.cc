@@ -1,11 +1,11 @@
 #include "audit/audit_compare.h"
 
 #include "audit/batch_norm_terms.h"
+#include "opdef/op_registry.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <unordered_set>
 
 namespace onnxtrain::audit {
 namespace {
@@ -14,38 +14,16 @@ namespace {
 // absolute difference instead, so 0 against 1e-300 is no failure and 0 against 1 is.
 constexpr double kTinyScale = 1e-30;
 
+// Products, convolutions and reductions: each op's record says so (Rounding::SumOfTerms).
 bool is_sum_of_terms_op(const Node& node) {
-  static const std::unordered_set<std::string> ops = {
-      "MatMul", "MatMulGradA", "MatMulGradB", "Gemm", "FusedMatMul", "Conv", "ConvTranspose", "ConvGradX",
-      "ConvGradW", "ConvGradB", "ConvTransposeGradX", "ConvTransposeGradW", "Einsum", "ReduceSum", "ReduceMean",
-      "ReduceSumTo", "ReduceSumSquare", "ReduceL1", "CumSum", "Sum", "Mean", "Add", "AveragePool",
-      "AveragePoolGrad", "GlobalAveragePool", "GlobalAveragePoolGrad", "AdaptiveAveragePool",
-      "AdaptiveAveragePoolGrad", "GatherGrad"};
-  return ops.count(node.op_type) > 0;
+  const OpRecord* record = OpRegistry::instance().find(node);
+  return record && record->rounding == Rounding::SumOfTerms;
 }
 
-// Outputs of the normalizations that are per-channel sums: the batch means (running and saved),
-// and in training-mode BatchNormGrad dscale = sum(dY * xhat) and dB = sum(dY). A channel whose
-// inputs average to zero (after a 1x1 convolution of normalized activations, say) has a mean that
-// is rounding noise; judged against the largest channel it would read as a failure. The same
-// holds for LayerNormalization's Mean output over already normalized rows (ConvNeXt's downsampling
-// LayerNorm2d, whose Mean the dynamo exporter's graphs keep).
-bool is_channel_sum_output(const Node& node, size_t index) {
-  const std::string& op = node.op_type;
-  if (op == "BatchNormTraining" || op == "BatchNormalization") return index == 1 || index == 3;
-  if (op == "LayerNormalization") return index == 1;
-  if (op == "BatchNormGrad") return node.attr_int("training_mode", 1) != 0 && (index == 1 || index == 2);
-  return false;
-}
-
-// Output index -> the index output of a decision op, or false.
-bool is_selected_index_output(const Node& node, size_t index) {
-  const std::string& op = node.op_type;
-  if (op == "ArgMax" || op == "ArgMin") return index == 0;
-  if (op == "TopK") return index == 1;
-  // storage_order 1 lays the flat indices out column-major: judged exactly instead.
-  if (op == "MaxPool") return index == 1 && node.attr_int("storage_order", 0) == 0;
-  return false;
+// The outputs the op's record calls per-channel sums or selected indices (AuditedOutput).
+AuditedOutput audited_output(const Node& node, size_t index) {
+  const OpRecord* record = OpRegistry::instance().find(node);
+  return record ? record->audited(node, index) : AuditedOutput::Value;
 }
 
 bool same_value(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
@@ -144,9 +122,10 @@ const char* error_scale_name(ErrorScale scale) {
 }
 
 ErrorScale error_scale_of(const Node& node, size_t index, DType output_dtype) {
-  if (is_selected_index_output(node, index)) return ErrorScale::SelectedValue;
+  const AuditedOutput kind = audited_output(node, index);
+  if (kind == AuditedOutput::SelectedIndex) return ErrorScale::SelectedValue;
   if (!is_floating(output_dtype)) return ErrorScale::Exact;
-  return is_sum_of_terms_op(node) || is_channel_sum_output(node, index) || has_batch_norm_terms(node, index)
+  return is_sum_of_terms_op(node) || kind == AuditedOutput::ChannelSums || has_batch_norm_terms(node, index)
              ? ErrorScale::SumOfTerms
              : ErrorScale::OutputScale;
 }

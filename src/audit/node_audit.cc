@@ -5,7 +5,7 @@
 
 #include "audit/audit_compare.h"
 #include "audit/batch_norm_terms.h"
-#include "ir/random_ops.h"
+#include "opdef/op_registry.h"
 #include "runtime/program.h"
 #include "runtime/thread_pool.h"
 

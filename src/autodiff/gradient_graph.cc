@@ -1,10 +1,11 @@
 #include "autodiff/gradient_graph.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "autodiff/grad_builder.h"
 #include "onnx/op_schema.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -31,9 +32,12 @@ DType infer_output_dtype(const Graph& g, const std::string& op_type, const std::
 
 bool input_is_differentiable(const Graph& g, const Node& n, size_t i) {
   if (!n.has_input(i) || !g.may_be_floating(n.inputs[i])) return false;
-  if (OpRegistry::instance().is_not_differentiable(n.domain, n.op_type)) return false;
-  if (OpRegistry::instance().has_zero_gradient(n.domain, n.op_type)) return true;
-  if (OpRegistry::instance().is_differentiable_input(n.domain, n.op_type, static_cast<int>(i))) return true;
+  if (const OpRecord* record = OpRegistry::instance().find(n)) {
+    if (record->not_differentiable) return false;
+    if (record->zero_gradient) return true;
+    const auto& extra = record->differentiable_inputs;
+    if (std::find(extra.begin(), extra.end(), static_cast<int>(i)) != extra.end()) return true;
+  }
   return input_differentiability(n.domain, n.op_type, g.opset(n.domain), static_cast<int>(i)) !=
          Differentiability::NonDifferentiable;
 }
@@ -107,7 +111,7 @@ std::string GradientGraphBuilder::accumulate(const std::vector<std::string>& con
 }
 
 namespace {
-// A node of a refused op (registry.h) with an input that needs a gradient, whose outputs feed an
+// A node of a refused op (OpRecord::gradient_refused) with an input that needs a gradient, whose outputs feed an
 // output being differentiated through any edge: its gradient would silently be missing.
 void refuse_gradients_that_would_end_silently(const Graph& g, size_t num_forward_nodes,
                                               const std::unordered_set<std::string>& requires_grad,
@@ -117,7 +121,8 @@ void refuse_gradients_that_would_end_silently(const Graph& g, size_t num_forward
   for (size_t k = 0; k < num_forward_nodes; ++k) {
     bool any = false;
     for (const auto& in : g.nodes[k].inputs) any = any || (!in.empty() && requires_grad.count(in));
-    if (any && registry.gradient_refused(g.nodes[k].domain, g.nodes[k].op_type)) refused.push_back(k);
+    const OpRecord* record = registry.find(g.nodes[k]);
+    if (any && record && !record->gradient_refused.empty()) refused.push_back(k);
   }
   if (refused.empty()) return;
   std::unordered_set<std::string> feeds(outputs_with_grad.begin(), outputs_with_grad.end());
@@ -132,7 +137,7 @@ void refuse_gradients_that_would_end_silently(const Graph& g, size_t num_forward
     const Node& n = g.nodes[k];
     for (const auto& out : n.outputs)
       if (!out.empty() && feeds.count(out))
-        throw UnsupportedError(str_cat(n.describe(), ": ", *registry.gradient_refused(n.domain, n.op_type)));
+        throw UnsupportedError(str_cat(n.describe(), ": ", registry.find(n)->gradient_refused));
   }
 }
 }  // namespace
@@ -161,11 +166,12 @@ GradientGraph build_gradient_graph(const Graph& forward, const GradientSpec& spe
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (requires_grad.count(n.inputs[i]) && input_is_differentiable(g, n, i)) needs_grad[k][i] = any = true;
     }
-    if (registry.records_requires_grad(n.domain, n.op_type))
+    const OpRecord* record = registry.find(n);
+    if (record && record->records_requires_grad)
       g.nodes[k].attrs["input_requires_grad"] =
           Attribute::of_ints(std::vector<int64_t>(needs_grad[k].begin(), needs_grad[k].end()));
     if (!any) continue;
-    const OutputDifferentiability differentiable = registry.output_differentiability(n.domain, n.op_type);
+    const OutputDifferentiability differentiable = record ? record->output_differentiability : nullptr;
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const std::string& out = n.outputs[o];
       if (!out.empty() && g.may_be_floating(out) && (!differentiable || differentiable(n, o)))

@@ -12,9 +12,9 @@
 #include "core/buffer_cache.h"
 #include "core/logging.h"
 #include "onnx/model_io.h"
+#include "opdef/op_registry.h"
 #include "optim/fused_step.h"
 #include "optim/fused_update.h"
-#include "ops/registry.h"
 #include "runtime/arena_pool.h"
 #include "runtime/blas.h"
 #include "runtime/profiler.h"
@@ -316,6 +316,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("get_num_threads", [] { return ThreadPool::global().num_threads(); });
   m.def("ops_with_kernels", [] { return OpRegistry::instance().ops_with_kernels(); });
   m.def("ops_with_gradients", [] { return OpRegistry::instance().ops_with_gradients(); });
+  // The ops whose records call their results random draws: the front end marks a capture that has
+  // one, so that each run gets its own seed.
+  m.def("random_draw_ops", [] {
+    std::vector<std::string> ops;
+    for (const OpRecord* r : OpRegistry::instance().records())
+      if (r->repeatability == Repeatability::RandomDraw) ops.push_back(r->op_type);
+    return ops;
+  });
   m.def("_echo", [](py::capsule c) { return capsule_from_tensor(tensor_from_capsule(c)); },
         "Imports a DLPack capsule and exports it again: proves the exchange copies nothing.");
   m.def("check_model", [](const py::bytes& model) { save_model(load_model(std::string(model)), {}, true); },

@@ -29,6 +29,7 @@ struct Attribute {
   static Attribute of_string(std::string v) { Attribute a; a.kind = Kind::String; a.s = std::move(v); return a; }
   static Attribute of_ints(std::vector<int64_t> v) { Attribute a; a.kind = Kind::Ints; a.ints = std::move(v); return a; }
   static Attribute of_floats(std::vector<float> v) { Attribute a; a.kind = Kind::Floats; a.floats = std::move(v); return a; }
+  static Attribute of_strings(std::vector<std::string> v) { Attribute a; a.kind = Kind::Strings; a.strings = std::move(v); return a; }
   static Attribute of_tensor(onnxtrain::Tensor v) { Attribute a; a.kind = Kind::Tensor; a.t = std::move(v); return a; }
 };
 

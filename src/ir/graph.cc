@@ -34,6 +34,10 @@ std::vector<float> Node::attr_floats(const std::string& key, std::vector<float> 
   const Attribute* a = find_attr(*this, key, Attribute::Kind::Floats);
   return a ? a->floats : fallback;
 }
+std::vector<std::string> Node::attr_strings(const std::string& key, std::vector<std::string> fallback) const {
+  const Attribute* a = find_attr(*this, key, Attribute::Kind::Strings);
+  return a ? a->strings : fallback;
+}
 
 std::string Node::describe() const {
   std::string op = domain.empty() ? op_type : domain + "::" + op_type;

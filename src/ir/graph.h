@@ -52,6 +52,7 @@ struct Node {
   std::string attr_string(const std::string& key, const std::string& fallback) const;
   std::vector<int64_t> attr_ints(const std::string& key, std::vector<int64_t> fallback = {}) const;
   std::vector<float> attr_floats(const std::string& key, std::vector<float> fallback = {}) const;
+  std::vector<std::string> attr_strings(const std::string& key, std::vector<std::string> fallback = {}) const;
   // "Relu node 'layer1/relu'": how errors name a node.
   std::string describe() const;
 };

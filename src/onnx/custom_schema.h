@@ -4,7 +4,7 @@
 // would lose its type and shape; with a schema it carries on.
 #include <onnx/defs/schema.h>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain {
 

@@ -9,7 +9,7 @@
 #include "onnx/proto_convert.h"
 #include "onnx/shape_inference.h"
 #include "onnx/subgraph_closure.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain {
 namespace {

@@ -42,6 +42,11 @@ void fill_model(const Graph& graph, const ModelMeta& meta, onnx::ModelProto& mp)
 
 }  // namespace
 
+void normalize_graph(Graph& graph) {
+  expand_functions(graph);
+  close_subgraphs(graph);
+}
+
 Graph load_model(const std::string& bytes, ModelMeta* meta) {
   onnx::ModelProto mp;
   OT_CHECK(mp.ParseFromString(bytes), "the bytes are not a valid ONNX ModelProto (", bytes.size(), " bytes)");
@@ -70,8 +75,7 @@ Graph load_model(const std::string& bytes, ModelMeta* meta) {
   for (const Node& n : g.nodes)
     OT_CHECK(g.opsets.count(n.domain), n.describe(), " is in domain '", n.domain,
              "', which the model does not import (opset_import)");
-  expand_functions(g);
-  close_subgraphs(g);
+  normalize_graph(g);
   if (meta) {
     meta->ir_version = mp.ir_version();
     meta->producer_name = mp.producer_name();

@@ -16,6 +16,11 @@ struct ModelMeta {
 Graph load_model(const std::string& bytes, ModelMeta* meta = nullptr);
 Graph load_model_file(const std::string& path, ModelMeta* meta = nullptr);
 
+// What loading normalizes, for graphs built in code as for loaded ones: function bodies expanded
+// (function_expansion.h), control-flow bodies closed over the outer values they read
+// (subgraph_closure.h). The first step of session/graph_preparation.h; idempotent.
+void normalize_graph(Graph& graph);
+
 // Serializes a graph as a ModelProto; `check` runs onnx::checker on the result.
 std::string save_model(const Graph& graph, const ModelMeta& meta = {}, bool check = false);
 void save_model_file(const Graph& graph, const std::string& path, const ModelMeta& meta = {});

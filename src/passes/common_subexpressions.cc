@@ -3,7 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ir/random_ops.h"
+#include "opdef/op_registry.h"
 #include "passes/passes.h"
 
 namespace onnxtrain {

@@ -1,6 +1,6 @@
 #include <unordered_set>
 
-#include "ir/random_ops.h"
+#include "opdef/op_registry.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
 #include "runtime/thread_pool.h"

@@ -1,6 +1,7 @@
 // Chains of elementwise ops become one ai.onnxtrain::FusedElementwise node (ops/fused/), forward
 // and backward alike: one loop over the data instead of one pass per op, and no buffers for the
-// values only the chain reads.
+// values only the chain reads. Which ops can join, and as which instruction, each op's record
+// says (OpRecord::elementwise).
 //
 // A group grows along the graph's order: a node joins the group of one of its inputs' producers
 // when it runs in the same phase and element type and every other input it reads is defined
@@ -14,7 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ops/fused/elementwise_program.h"
+#include "opdef/op_registry.h"
 #include "passes/passes.h"
 
 namespace onnxtrain {
@@ -42,6 +43,15 @@ DType float_type_of(const Graph& g, const Node& n, const std::unordered_map<std:
   return t;
 }
 
+// The instruction that runs `n` in a fused loop: its op's record decides.
+bool lower(const Node& n, LoweredInstruction& out) {
+  if (n.outputs.size() != 1) return false;
+  for (const auto& in : n.inputs)
+    if (in.empty()) return false;
+  const OpRecord* record = OpRegistry::instance().find(n);
+  return record && record->elementwise && record->elementwise(n, out);
+}
+
 }  // namespace
 
 bool fuse_elementwise(Graph& graph) {
@@ -52,11 +62,11 @@ bool fuse_elementwise(Graph& graph) {
 
   std::vector<Group> groups;
   std::vector<int> group_of(graph.nodes.size(), -1);
-  std::vector<fused::Lowered> lowered(graph.nodes.size());
+  std::vector<LoweredInstruction> lowered(graph.nodes.size());
   std::unordered_map<std::string, DType> typed;
   for (size_t k = 0; k < graph.nodes.size(); ++k) {
     const Node& n = graph.nodes[k];
-    if (!fused::lower(n, lowered[k])) continue;
+    if (!lower(n, lowered[k])) continue;
     const DType dtype = float_type_of(graph, n, typed);
     if (dtype == DType::Undefined) continue;
     typed[n.outputs[0]] = dtype;
@@ -106,7 +116,8 @@ bool fuse_elementwise(Graph& graph) {
     fusedn.in_backward = g.in_backward;
     fusedn.name = graph.unique_name(graph.nodes[g.members.back()].name + "_fused");
     std::unordered_map<std::string, int64_t> reg;
-    std::vector<int64_t> ops, args, outputs;
+    std::vector<std::string> ops;
+    std::vector<int64_t> args, outputs;
     std::vector<float> consts, consts2;
     for (size_t k : g.members)
       for (const auto& in : graph.nodes[k].inputs) {
@@ -120,7 +131,7 @@ bool fuse_elementwise(Graph& graph) {
     const int64_t num_inputs = static_cast<int64_t>(fusedn.inputs.size());
     for (size_t i = 0; i < g.members.size(); ++i) {
       const Node& n = graph.nodes[g.members[i]];
-      ops.push_back(static_cast<int64_t>(lowered[g.members[i]].op));
+      ops.push_back(lowered[g.members[i]].instruction->name);
       args.push_back(reg.at(n.inputs[0]));
       args.push_back(n.inputs.size() > 1 ? reg.at(n.inputs[1]) : 0);
       consts.push_back(lowered[g.members[i]].immediate);
@@ -134,7 +145,7 @@ bool fuse_elementwise(Graph& graph) {
       }
       drop[g.members[i]] = true;
     }
-    fusedn.attrs["ops"] = Attribute::of_ints(ops);
+    fusedn.attrs["ops"] = Attribute::of_strings(ops);
     fusedn.attrs["args"] = Attribute::of_ints(args);
     fusedn.attrs["consts"] = Attribute::of_floats(consts);
     if (std::any_of(consts2.begin(), consts2.end(), [](float c) { return c != 0.0f; }))

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "passes/passes.h"
 
 namespace onnxtrain {

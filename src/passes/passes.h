@@ -38,7 +38,7 @@ bool stash_lstm_gates(Graph& graph);
 bool fold_transposes_into_matmul(Graph& graph);
 
 // elementwise_fusion.cc: chains of elementwise ops of one shape, phase and float type become one
-// ai.onnxtrain::FusedElementwise loop (ops/fused/elementwise_program.h lists the ops).
+// ai.onnxtrain::FusedElementwise loop (each op's record says whether it can join: OpRecord::elementwise).
 bool fuse_elementwise(Graph& graph);
 
 // matmul_bias.cc: Add(MatMul(a, b), bias row) becomes FusedMatMul(a, b, bias), the bias written

@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ir/random_ops.h"
+#include "opdef/op_registry.h"
 #include "passes/passes.h"
 
 namespace onnxtrain {
@@ -26,19 +26,10 @@ namespace {
 
 bool is_shape_query(const Node& n) { return n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size"); }
 
+// Declared by each op's record (op_record.h): elementwise math, activations, normalizations.
 bool is_cheap(const Node& n) {
-  static const std::unordered_set<std::string> onnx_ops = {
-      // elementwise arithmetic
-      "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Pow", "Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Max", "Min",
-      "Clip", "Where", "Cast",
-      // activation functions
-      "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
-      "Softplus", "Softsign", "ThresholdedRelu", "Shrink", "Gelu",
-      // normalizations, and Dropout (recomputed from its mask)
-      "LayerNormalization", "InstanceNormalization", "Dropout"};
-  static const std::unordered_set<std::string> own_ops = {"Gelu", "Silu"};
-  if (n.domain.empty()) return onnx_ops.count(n.op_type) > 0;
-  return n.domain == kOnnxTrainDomain && own_ops.count(n.op_type) > 0;
+  const OpRecord* record = OpRegistry::instance().find(n);
+  return record && record->recompute == Recompute::Cheap;
 }
 
 // A Dropout that draws a mask when it runs (opset 12 and later, given a training_mode input).

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "passes/memory_plan.h"
+#include "runtime/memory_plan.h"
 #include "runtime/program.h"
 
 namespace onnxtrain {

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "core/half.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "runtime/half_convert.h"
 #include "runtime/thread_pool.h"
 

@@ -5,7 +5,7 @@
 
 #include <onnx/defs/schema.h>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "runtime/half_compute.h"
 
 namespace onnxtrain {

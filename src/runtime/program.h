@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 
 namespace onnxtrain {
 

@@ -4,15 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "onnx/function_expansion.h"
 #include "onnx/model_io.h"
-#include "onnx/sequence_lowering.h"
-#include "onnx/shape_inference.h"
-#include "onnx/subgraph_closure.h"
-#include "ops/training/gradient_op.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "runtime/thread_pool.h"
+#include "session/graph_preparation.h"
 #include "session/input_check.h"
 
 namespace onnxtrain {
@@ -106,13 +102,7 @@ int64_t ForwardCall::recomputed_bytes() const {
 
 TrainingSession::TrainingSession(Graph forward_graph, TrainingSessionOptions options) {
   const bool recompute_cheap = recompute_cheap_activations(options.memory_optimization);
-  expand_functions(forward_graph);  // graphs built in code, not loaded: the loader expands those
-  close_subgraphs(forward_graph);    // likewise
-  mark_checkpoint_segments(forward_graph);
-  expand_gradient_ops(forward_graph);  // ONNX's Gradient nodes become ordinary backward nodes
-  check_kernels_exist(forward_graph);  // a missing kernel is the more basic gap than a missing rule
-  infer_shapes(forward_graph);
-  if (lower_sequences(forward_graph) > 0) infer_shapes(forward_graph);
+  prepare_graph(forward_graph, GraphUse::Training);
   GradientSpec spec;
   spec.wrt = options.wrt;
   spec.outputs_with_grad = options.outputs_with_grad;
@@ -224,12 +214,7 @@ void TrainingSession::save_graphs(const std::string& prefix) const {
 }
 
 InferenceSession::InferenceSession(Graph graph, bool check_finite, int opt_level) {
-  expand_functions(graph);
-  close_subgraphs(graph);
-  mark_checkpoint_segments(graph);  // without backward, the markers are all there is to it
-  expand_gradient_ops(graph);
-  infer_shapes(graph);
-  if (lower_sequences(graph) > 0) infer_shapes(graph);
+  prepare_graph(graph, GraphUse::Inference);
   optimize_before_autodiff(graph, opt_level);
   optimize_after_autodiff(graph, opt_level);
   runner_ = std::make_shared<PlannedRunner>(std::move(graph), std::vector<std::string>{}, ThreadPool::global());

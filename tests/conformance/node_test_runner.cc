@@ -20,7 +20,7 @@
 #include "core/logging.h"
 #include "onnx/function_expansion.h"
 #include "onnx/model_io.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "runtime/program.h"
 #include "session/training_session.h"
 

@@ -60,6 +60,7 @@ std::vector<GradCase> cases() {
       {"Gelu_tanh", "Gelu", kOnnxTrainDomain, {{"approximate", Attribute::of_string("tanh")}},
        {random_tensor(F64, {3, 7}, 54, -4, 4)}},
       {"Silu", "Silu", kOnnxTrainDomain, {}, {random_tensor(F64, {3, 7}, 55, -6, 6)}},
+      {"Mish", "Mish", kOnnxTrainDomain, {}, {random_tensor(F64, {3, 7}, 56, -6, 6)}},
   };
   return c;
 }
@@ -73,6 +74,7 @@ std::vector<GradCase> production_activation_cases() {
     c.push_back({std::string("Production_Gelu_") + mode, "Gelu", kOnnxTrainDomain,
                  {{"approximate", Attribute::of_string(mode)}}, {random_tensor(F64, {5, 1003}, 501, -8, 8)}});
   c.push_back({"Production_Silu", "Silu", kOnnxTrainDomain, {}, {random_tensor(F64, {5, 1003}, 502, -8, 8)}});
+  c.push_back({"Production_Mish", "Mish", kOnnxTrainDomain, {}, {random_tensor(F64, {5, 1003}, 503, -8, 8)}});
   return c;
 }
 

@@ -5,7 +5,7 @@
 #include <random>
 #include <sstream>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "runtime/thread_pool.h"
 #include "session/training_session.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain::testing {
 

@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "tests/cpp/gradient_check.h"
 
 namespace onnxtrain::testing {

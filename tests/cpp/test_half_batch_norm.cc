@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "tests/cpp/half_testing.h"
 
 namespace onnxtrain {

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "core/half.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "runtime/blas.h"
 #include "session/training_session.h"
 

@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "runtime/half_convert.h"
 #include "runtime/thread_pool.h"
 #include "tests/cpp/half_testing.h"

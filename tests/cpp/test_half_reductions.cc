@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "opdef/op_registry.h"
 #include "ops/common/reduce.h"
-#include "ops/registry.h"
 #include "tests/cpp/half_testing.h"
 
 namespace onnxtrain {

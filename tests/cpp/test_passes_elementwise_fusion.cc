@@ -33,7 +33,7 @@ TEST(ElementwiseFusion, ABiasActivationScaleChainBecomesOneLoop) {
   EXPECT_EQ(n.op_type, "FusedElementwise");
   EXPECT_EQ(n.inputs, (std::vector<std::string>{"x", "bias", "scale"}));
   EXPECT_EQ(n.outputs, (std::vector<std::string>{"y"}));  // a and r never reach memory
-  EXPECT_EQ(n.attr_ints("ops").size(), 3u);
+  EXPECT_EQ(n.attr_strings("ops"), (std::vector<std::string>{"Add", "Relu", "Mul"}));
   EXPECT_FALSE(fuse_elementwise(fused));
   // Rows longer than one block, and a row count that does not split evenly.
   expect_same_numbers(g, {random_tensor(DType::Float32, {1037, 6}, 1), random_tensor(DType::Float32, {6}, 2),
@@ -316,7 +316,7 @@ TEST(ElementwiseFusion, AMalformedProgramIsRefusedWithItsReason) {
   Graph g;
   add_input(g, "x", DType::Float32, {4});
   Node n{"bad", "FusedElementwise", kOnnxTrainDomain, {"x"}, {"y"}, {}};
-  n.attrs["ops"] = Attribute::of_ints({0});       // Add
+  n.attrs["ops"] = Attribute::of_strings({"Add"});
   n.attrs["args"] = Attribute::of_ints({0, 1});   // register 1 is this instruction's own output
   n.attrs["consts"] = Attribute::of_floats({0});
   n.attrs["outputs"] = Attribute::of_ints({1});

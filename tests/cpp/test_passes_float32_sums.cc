@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "core/half.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "passes/passes.h"
 #include "tests/cpp/pass_testing.h"
 

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.environ.get("ONNXTRAIN_PYTHONPATH", os.path.join(os.path.dirname(__file__), "..", "..", "python")))
 import onnxtrain  # noqa: E402
-from onnxtrain import ortmodule  # noqa: E402
+from onnxtrain import _engine_calls as ortmodule  # noqa: E402
 
 os.environ["ONNXTRAIN_EXPORT_IN_PROCESS"] = "1"  # so that this process can count the exports
 exports = []

@@ -31,7 +31,7 @@ class Sum(nn.Module):
 
 
 @pytest.mark.parametrize("activation", [
-    nn.GELU(), nn.GELU(approximate="tanh"), nn.SiLU(), nn.LeakyReLU(0.1), nn.ELU(), nn.Softplus(),
+    nn.GELU(), nn.GELU(approximate="tanh"), nn.SiLU(), nn.Mish(), nn.LeakyReLU(0.1), nn.ELU(), nn.Softplus(),
     nn.Hardswish(), nn.Sigmoid(), nn.Tanh(), nn.ReLU()], ids=lambda m: repr(m))
 def test_activation(activation):
     torch.manual_seed(0)
@@ -40,9 +40,10 @@ def test_activation(activation):
                       input_grad=True)
 
 
-@pytest.mark.parametrize("activation, op", [(nn.SiLU(), "Silu"), (nn.GELU(), "Gelu"), (nn.GELU(approximate="tanh"), "Gelu")],
-                         ids=["silu", "gelu", "gelu_tanh"])
-def test_silu_and_gelu_are_one_engine_op_whose_gradient_reads_the_input(tmp_path, activation, op):
+@pytest.mark.parametrize("activation, op", [(nn.SiLU(), "Silu"), (nn.Mish(), "Mish"), (nn.GELU(), "Gelu"),
+                                            (nn.GELU(approximate="tanh"), "Gelu")],
+                         ids=["silu", "mish", "gelu", "gelu_tanh"])
+def test_silu_mish_and_gelu_are_one_engine_op_whose_gradient_reads_the_input(tmp_path, activation, op):
     # Written as their formulas' elementwise ops, both would stash every intermediate for backward.
     options = onnxtrain.DebugOptions(save_onnx=True, onnx_prefix="net", save_path=str(tmp_path), optimization_level=0)
     torch.manual_seed(0)

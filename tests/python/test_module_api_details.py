@@ -23,7 +23,7 @@ def x(*shape, seed=0):
 @pytest.fixture
 def exports(monkeypatch):
     """Counts the exports ORTModule runs."""
-    ortmodule = sys.modules["onnxtrain.ortmodule"]
+    ortmodule = sys.modules["onnxtrain._engine_calls"]
     calls = []
     real = ortmodule.export
 

@@ -11,10 +11,10 @@ import time
 
 import torch
 
-from .. import _io, _objects
+from .. import _C, _io, _objects
 
-RANDOM_OPS = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
-              "Multinomial"}
+# The ops whose results are random draws, as their records in the engine declare them.
+RANDOM_OPS = frozenset(_C.random_draw_ops())
 
 
 # Seconds per phase of the export in progress in this process (timed_phase); _export hands them to

@@ -7,8 +7,8 @@
 // branch (alpha, scale > 0), then dX = dY * (y > 0 ? scale : input_scale * (y + alpha * scale));
 // else V is X. x == 0 takes the negative branch, as in PyTorch.
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -90,10 +90,10 @@ void elu_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Elu", kernel_factory<EluKernel>());
-ONNXTRAIN_KERNEL("", "Selu", kernel_factory<EluKernel>());
-ONNXTRAIN_KERNEL("", "Celu", kernel_factory<EluKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "EluGrad", kernel_factory<EluGradKernel>());
+ONNXTRAIN_KERNEL("", "Elu", kernel_factory<EluKernel>(), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Selu", kernel_factory<EluKernel>(), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Celu", kernel_factory<EluKernel>(), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "EluGrad", kernel_factory<EluGradKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Elu", elu_gradient);
 ONNXTRAIN_GRADIENT("", "Selu", elu_gradient);
 ONNXTRAIN_GRADIENT("", "Celu", elu_gradient);

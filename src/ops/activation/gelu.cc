@@ -6,9 +6,10 @@
 
 #include "autodiff/grad_builder.h"
 #include "onnx/custom_schema.h"
+#include "opdef/op_registry.h"
+#include "ops/fused/instruction_forms.h"
 #include "ops/math/fast_math.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -73,11 +74,59 @@ onnx::OpSchema gelu_schema() {
   return schema;
 }
 
+// In a fused loop (FusedElementwise): one instruction per form, as the kernels pick them.
+struct GeluExactForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T x, float, float) { return gelu_math::exact(x); }
+  static fast::VF vector(fast::VF x, float, float) { return gelu_math::exact(x); }
+};
+struct GeluTanhForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T x, float, float) { return gelu_math::tanh_form(x); }
+  static fast::VF vector(fast::VF x, float, float) { return gelu_math::tanh_form(x); }
+};
+struct GeluExactGradForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T dy, T x, float, float) { return gelu_math::exact_grad(dy, x); }
+  static fast::VF vector(fast::VF dy, fast::VF x, float, float) { return gelu_math::exact_grad(dy, x); }
+};
+struct GeluTanhGradForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T dy, T x, float, float) { return gelu_math::tanh_grad(dy, x); }
+  static fast::VF vector(fast::VF dy, fast::VF x, float, float) { return gelu_math::tanh_grad(dy, x); }
+};
+const ElementwiseInstruction kGeluExact = fused::unary_instruction<GeluExactForms>("GeluExact");
+const ElementwiseInstruction kGeluTanh = fused::unary_instruction<GeluTanhForms>("GeluTanh");
+const ElementwiseInstruction kGeluExactGrad = fused::binary_instruction<GeluExactGradForms>("GeluExactGrad");
+const ElementwiseInstruction kGeluTanhGrad = fused::binary_instruction<GeluTanhGradForms>("GeluTanhGrad");
+
+// Gelu (one input) or GeluGrad (two); an unknown form is left to the kernel, whose error names it.
+template <size_t Inputs>
+bool lower_gelu(const Node& node, LoweredInstruction& out) {
+  const std::string approximate = node.attr_string("approximate", "none");
+  if (node.inputs.size() != Inputs || (approximate != "none" && approximate != "tanh")) return false;
+  const bool tanh = approximate == "tanh";
+  if constexpr (Inputs == 1) out = {tanh ? &kGeluTanh : &kGeluExact};
+  else out = {tanh ? &kGeluTanhGrad : &kGeluExactGrad};
+  return true;
+}
+
 }  // namespace
 
 ONNXTRAIN_SCHEMA(gelu_schema());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Gelu", kernel_factory<GeluKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GeluGrad", kernel_factory<GeluGradKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Gelu", kernel_factory<GeluKernel>(), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GeluGrad", kernel_factory<GeluGradKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "Gelu", gelu_gradient);
+
+ONNXTRAIN_INSTRUCTION(kGeluExact);
+ONNXTRAIN_INSTRUCTION(kGeluTanh);
+ONNXTRAIN_INSTRUCTION(kGeluExactGrad);
+ONNXTRAIN_INSTRUCTION(kGeluTanhGrad);
+ONNXTRAIN_ELEMENTWISE(kOnnxTrainDomain, "Gelu", lower_gelu<1>);
+ONNXTRAIN_ELEMENTWISE(kOnnxTrainDomain, "GeluGrad", lower_gelu<2>);
 
 }  // namespace onnxtrain

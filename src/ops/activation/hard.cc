@@ -1,8 +1,8 @@
 // Piecewise-linear activations: HardSigmoid and HardSwish (with gradients), ThresholdedRelu and
 // Shrink (forward only).
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -113,13 +113,15 @@ class ShrinkKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "HardSigmoid", kernel_factory<HardSigmoidKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "HardSigmoidGrad", kernel_factory<HardSigmoidGradKernel>());
+ONNXTRAIN_KERNEL("", "HardSigmoid", kernel_factory<HardSigmoidKernel>(), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "HardSigmoidGrad", kernel_factory<HardSigmoidGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "HardSigmoid", hard_sigmoid_gradient);
-ONNXTRAIN_KERNEL("", "HardSwish", kernel_factory(&hard_swish));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "HardSwishGrad", kernel_factory(&hard_swish_grad));
+ONNXTRAIN_KERNEL("", "HardSwish", kernel_factory(&hard_swish), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "HardSwishGrad", kernel_factory(&hard_swish_grad),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "HardSwish", hard_swish_gradient);
-ONNXTRAIN_KERNEL("", "ThresholdedRelu", kernel_factory<ThresholdedReluKernel>());
-ONNXTRAIN_KERNEL("", "Shrink", kernel_factory<ShrinkKernel>());
+ONNXTRAIN_KERNEL("", "ThresholdedRelu", kernel_factory<ThresholdedReluKernel>(), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Shrink", kernel_factory<ShrinkKernel>(), Recompute::Cheap, Rounding::PerValue);
 
 }  // namespace onnxtrain

@@ -8,8 +8,9 @@
 
 #include "autodiff/grad_builder.h"
 #include "onnx/custom_schema.h"
+#include "opdef/op_registry.h"
+#include "ops/fused/instruction_forms.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -74,11 +75,43 @@ onnx::OpSchema hard_tanh_schema() {
   return schema;
 }
 
+// In a fused loop (FusedElementwise): the bounds are the instruction's two immediates.
+struct HardTanhForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T x, float lo, float hi) { return hard_tanh_math::forward(x, T(lo), T(hi)); }
+  static fast::VF vector(fast::VF x, float lo, float hi) { return hard_tanh_math::forward(x, lo, hi); }
+};
+struct HardTanhGradForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T dy, T x, float lo, float hi) { return hard_tanh_math::grad(dy, x, T(lo), T(hi)); }
+  static fast::VF vector(fast::VF dy, fast::VF x, float lo, float hi) { return hard_tanh_math::grad(dy, x, lo, hi); }
+};
+const ElementwiseInstruction kHardTanh = fused::unary_instruction<HardTanhForms>("HardTanh");
+const ElementwiseInstruction kHardTanhGrad = fused::binary_instruction<HardTanhGradForms>("HardTanhGrad");
+
+// HardTanh (one input) or HardTanhGrad (two); bounds out of order are left to the standalone
+// kernel, whose error names the node.
+template <size_t Inputs>
+bool lower_hard_tanh(const Node& node, LoweredInstruction& out) {
+  const float lo = node.attr_float("min_val", -1.0f), hi = node.attr_float("max_val", 1.0f);
+  if (node.inputs.size() != Inputs || !(lo <= hi)) return false;
+  out = {Inputs == 1 ? &kHardTanh : &kHardTanhGrad, lo, hi};
+  return true;
+}
+
 }  // namespace
 
 ONNXTRAIN_SCHEMA(hard_tanh_schema());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "HardTanh", kernel_factory<HardTanhKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "HardTanhGrad", kernel_factory<HardTanhGradKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "HardTanh", kernel_factory<HardTanhKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "HardTanhGrad", kernel_factory<HardTanhGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "HardTanh", hard_tanh_gradient);
+
+ONNXTRAIN_INSTRUCTION(kHardTanh);
+ONNXTRAIN_INSTRUCTION(kHardTanhGrad);
+ONNXTRAIN_ELEMENTWISE(kOnnxTrainDomain, "HardTanh", lower_hard_tanh<1>);
+ONNXTRAIN_ELEMENTWISE(kOnnxTrainDomain, "HardTanhGrad", lower_hard_tanh<2>);
 
 }  // namespace onnxtrain

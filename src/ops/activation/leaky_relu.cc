@@ -1,9 +1,10 @@
 // LeakyRelu and PRelu (slope broadcast to X), with gradients as PyTorch 1.13 computes them: the
 // negative branch at x == 0 (dX = slope * dY there).
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/activation/leaky_relu_math.h"
+#include "ops/fused/instruction_forms.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -94,13 +95,33 @@ void prelu_gradient(GradBuilder& g) {
   }
 }
 
+// In a fused loop (FusedElementwise): alpha is the instruction's immediate.
+struct LeakyReluForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T x, float alpha, float) { return leaky_relu_math::forward(x, static_cast<T>(alpha)); }
+  static fast::VF vector(fast::VF x, float alpha, float) { return leaky_relu_math::forward(x, alpha); }
+};
+const ElementwiseInstruction kLeakyRelu = fused::unary_instruction<LeakyReluForms>("LeakyRelu");
+
+bool lower_leaky_relu(const Node& node, LoweredInstruction& out) {
+  if (node.inputs.size() != 1) return false;
+  out = {&kLeakyRelu, node.attr_float("alpha", 0.01f)};
+  return true;
+}
+
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "LeakyRelu", kernel_factory<LeakyReluKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LeakyReluGrad", kernel_factory<LeakyReluGradKernel>());
+ONNXTRAIN_KERNEL("", "LeakyRelu", kernel_factory<LeakyReluKernel>(), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LeakyReluGrad", kernel_factory<LeakyReluGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "LeakyRelu", leaky_relu_gradient);
-ONNXTRAIN_KERNEL("", "PRelu", kernel_factory(&prelu));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PReluGrad", kernel_factory<PReluGradKernel>());
+ONNXTRAIN_KERNEL("", "PRelu", kernel_factory(&prelu), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PReluGrad", kernel_factory<PReluGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "PRelu", prelu_gradient);
+
+ONNXTRAIN_INSTRUCTION(kLeakyRelu);
+ONNXTRAIN_ELEMENTWISE("", "LeakyRelu", lower_leaky_relu);
 
 }  // namespace onnxtrain

@@ -7,9 +7,10 @@
 
 #include "autodiff/grad_builder.h"
 #include "onnx/custom_schema.h"
+#include "opdef/op_registry.h"
+#include "ops/fused/instruction_forms.h"
 #include "ops/math/fast_math.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -49,11 +50,32 @@ void silu_gradient(GradBuilder& g) {
   g.set_input_grad(0, g.op("SiluGrad", {g.output_grad(0), g.input(0)}, {}, kOnnxTrainDomain));
 }
 
+// In a fused loop (FusedElementwise): the kernels' own forms.
+struct SiluForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T x, float, float) { return silu_math::forward(x); }
+  static fast::VF vector(fast::VF x, float, float) { return silu_math::forward(x); }
+};
+struct SiluGradForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T dy, T x, float, float) { return silu_math::grad(dy, x); }
+  static fast::VF vector(fast::VF dy, fast::VF x, float, float) { return silu_math::grad(dy, x); }
+};
+const ElementwiseInstruction kSilu = fused::unary_instruction<SiluForms>("Silu");
+const ElementwiseInstruction kSiluGrad = fused::binary_instruction<SiluGradForms>("SiluGrad");
+
 }  // namespace
 
 ONNXTRAIN_SCHEMA(elementwise_float_schema("Silu", "torch.nn.functional.silu: x * sigmoid(x)."));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Silu", kernel_factory<SiluKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SiluGrad", kernel_factory<SiluGradKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Silu", kernel_factory<SiluKernel>(), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SiluGrad", kernel_factory<SiluGradKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "Silu", silu_gradient);
+
+ONNXTRAIN_INSTRUCTION(kSilu);
+ONNXTRAIN_INSTRUCTION(kSiluGrad);
+ONNXTRAIN_ELEMENTWISE(kOnnxTrainDomain, "Silu", (fused::lower_to<kSilu, 1>));
+ONNXTRAIN_ELEMENTWISE(kOnnxTrainDomain, "SiluGrad", (fused::lower_to<kSiluGrad, 2>));
 
 }  // namespace onnxtrain

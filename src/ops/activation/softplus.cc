@@ -1,7 +1,7 @@
 // Softplus and Softsign, with fused backward kernels.
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -51,11 +51,13 @@ void softsign_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Softplus", kernel_factory(&softplus));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftplusGrad", kernel_factory(&softplus_grad));
+ONNXTRAIN_KERNEL("", "Softplus", kernel_factory(&softplus), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftplusGrad", kernel_factory(&softplus_grad),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Softplus", softplus_gradient);
-ONNXTRAIN_KERNEL("", "Softsign", kernel_factory(&softsign));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftsignGrad", kernel_factory(&softsign_grad));
+ONNXTRAIN_KERNEL("", "Softsign", kernel_factory(&softsign), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftsignGrad", kernel_factory(&softsign_grad),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Softsign", softsign_gradient);
 
 }  // namespace onnxtrain

@@ -1,8 +1,8 @@
 #pragma once
 // Loops for elementwise kernels: unary maps and broadcasting binary ops, split across the pool
 // and written so that the compiler vectorizes the common stride patterns.
+#include "opdef/kernel.h"
 #include "ops/common/broadcast.h"
-#include "ops/kernel.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {

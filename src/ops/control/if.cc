@@ -2,11 +2,10 @@
 // values the branches read. Its gradient is another If on the same condition whose branches
 // recompute their forward from those values and run its gradient: nothing of the branch taken
 // is stashed, and either branch may be the one that ran.
-#include "autodiff/gradient_graph.h"
 #include "autodiff/grad_builder.h"
-#include "ir/random_ops.h"
+#include "autodiff/gradient_graph.h"
+#include "opdef/op_registry.h"
 #include "ops/control/subgraph.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -153,7 +152,7 @@ void if_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "If", kernel_factory<IfKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "If", kernel_factory<IfKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "If", if_gradient);
 
 }  // namespace onnxtrain

@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "core/checked_math.h"
+#include "opdef/op_registry.h"
 #include "ops/control/subgraph.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -225,7 +225,7 @@ class ScanKernel : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Loop", kernel_factory<LoopKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Scan", kernel_factory<ScanKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Loop", kernel_factory<LoopKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Scan", kernel_factory<ScanKernel>(), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 
 namespace onnxtrain {
 

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "ops/tensor/indexing.h"
 
 namespace onnxtrain {
@@ -113,6 +113,7 @@ class NonMaxSuppressionKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "NonMaxSuppression", kernel_factory<NonMaxSuppressionKernel>());
+ONNXTRAIN_KERNEL("", "NonMaxSuppression", kernel_factory<NonMaxSuppressionKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

@@ -1,209 +1,33 @@
-// ai.onnxtrain::FusedElementwise: a chain of elementwise ops (elementwise_program.h) as one loop.
-// The output shape is the broadcast of the inputs; the loop walks it in blocks of up to kBlock
-// elements, evaluates every instruction over the block in registers that stay in L1, and writes
-// only the node's outputs: the intermediates of the chain never reach memory.
+// ai.onnxtrain::FusedElementwise: a chain of elementwise ops as one loop, each op one instruction
+// (opdef/elementwise_instruction.h) that the op defines beside its own kernel. The output shape
+// is the broadcast of the inputs; the loop walks it in blocks of up to kBlock elements, evaluates
+// every instruction over the block in registers that stay in L1, and writes only the node's
+// outputs: the intermediates of the chain never reach memory.
 //
 // Each instruction computes exactly what the standalone kernel of its op computes (the same
 // formulas, the same vectorized float32 transcendentals), so fusion changes no result. 16-bit
 // floats are computed on in float32 registers and rounded once per output, not per instruction.
-#include <cmath>
+#include <array>
 #include <cstring>
+#include <optional>
 #include <vector>
 
-#include "ops/activation/gelu_math.h"
-#include "ops/activation/hard_tanh_math.h"
-#include "ops/activation/leaky_relu_math.h"
-#include "ops/activation/silu_math.h"
+#include "opdef/op_registry.h"
 #include "ops/common/broadcast.h"
 #include "ops/common/elementwise.h"
-#include "ops/fused/elementwise_program.h"
-#include "ops/math/fast_math.h"
-#include "ops/registry.h"
 #include "runtime/half_convert.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
-namespace fused {
-
-int arity(Opcode op) {
-  switch (op) {
-    case Opcode::Add: case Opcode::Sub: case Opcode::Mul: case Opcode::Div:
-    case Opcode::ReluGrad: case Opcode::SigmoidGrad: case Opcode::TanhGrad:
-    case Opcode::GeluExactGrad: case Opcode::GeluTanhGrad: case Opcode::SiluGrad:
-    case Opcode::HardTanhGrad:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
-bool lower(const Node& n, Lowered& out) {
-  const std::string& op = n.op_type;
-  const int inputs = static_cast<int>(n.inputs.size());
-  if (n.outputs.size() != 1) return false;
-  for (const auto& in : n.inputs)
-    if (in.empty()) return false;
-  if (n.domain.empty()) {
-    static const std::pair<const char*, Opcode> binary[] = {
-        {"Add", Opcode::Add}, {"Sub", Opcode::Sub}, {"Mul", Opcode::Mul}, {"Div", Opcode::Div}};
-    static const std::pair<const char*, Opcode> unary[] = {
-        {"Neg", Opcode::Neg}, {"Abs", Opcode::Abs}, {"Exp", Opcode::Exp}, {"Log", Opcode::Log},
-        {"Sqrt", Opcode::Sqrt}, {"Reciprocal", Opcode::Reciprocal}, {"Relu", Opcode::Relu},
-        {"Sigmoid", Opcode::Sigmoid}, {"Tanh", Opcode::Tanh}, {"Erf", Opcode::Erf}};
-    for (const auto& [name, code] : binary)
-      if (op == name && inputs == 2) return out = {code}, true;
-    if (op == "Sum" && inputs == 2) return out = {Opcode::Add}, true;  // how gradients accumulate
-    for (const auto& [name, code] : unary)
-      if (op == name && inputs == 1) return out = {code}, true;
-    if (op == "LeakyRelu" && inputs == 1) return out = {Opcode::LeakyRelu, n.attr_float("alpha", 0.01f)}, true;
-    return false;
-  }
-  if (n.domain != kOnnxTrainDomain) return false;
-  const std::string approximate = n.attr_string("approximate", "none");
-  if (approximate != "none" && approximate != "tanh") return false;
-  const bool tanh = approximate == "tanh";
-  if (op == "Gelu" && inputs == 1) return out = {tanh ? Opcode::GeluTanh : Opcode::GeluExact}, true;
-  if (op == "GeluGrad" && inputs == 2) return out = {tanh ? Opcode::GeluTanhGrad : Opcode::GeluExactGrad}, true;
-  if (op == "Silu" && inputs == 1) return out = {Opcode::Silu}, true;
-  if (op == "SiluGrad" && inputs == 2) return out = {Opcode::SiluGrad}, true;
-  if ((op == "HardTanh" && inputs == 1) || (op == "HardTanhGrad" && inputs == 2)) {
-    const float lo = n.attr_float("min_val", -1.0f), hi = n.attr_float("max_val", 1.0f);
-    if (!(lo <= hi)) return false;  // the standalone kernel names the node in its error
-    return out = {op == "HardTanh" ? Opcode::HardTanh : Opcode::HardTanhGrad, lo, hi}, true;
-  }
-  if (op == "ReluGrad" && inputs == 2) return out = {Opcode::ReluGrad}, true;
-  if (op == "SigmoidGrad" && inputs == 2) return out = {Opcode::SigmoidGrad}, true;
-  if (op == "TanhGrad" && inputs == 2) return out = {Opcode::TanhGrad}, true;
-  return false;
-}
-
-}  // namespace fused
-
 namespace {
 
-using fused::Opcode;
 constexpr int64_t kBlock = 512;
 
-// out[i] = f(a[i]) over 8-lane vectors, the tail padded into one more vector (as fast::map).
-template <typename F>
-void vec_map(const float* a, float* out, int64_t n, F f) {
-  int64_t i = 0;
-  for (; i + fast::kLanes <= n; i += fast::kLanes) {
-    fast::VF v;
-    std::memcpy(&v, a + i, sizeof v);
-    v = f(v);
-    std::memcpy(out + i, &v, sizeof v);
-  }
-  if (i < n) {
-    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
-    fast::VF v = fast::splat(0.0f);
-    std::memcpy(&v, a + i, bytes);
-    v = f(v);
-    std::memcpy(out + i, &v, bytes);
-  }
-}
-
-template <typename F>
-void vec_zip(const float* a, const float* b, float* out, int64_t n, F f) {
-  int64_t i = 0;
-  for (; i + fast::kLanes <= n; i += fast::kLanes) {
-    fast::VF va, vb;
-    std::memcpy(&va, a + i, sizeof va);
-    std::memcpy(&vb, b + i, sizeof vb);
-    const fast::VF v = f(va, vb);
-    std::memcpy(out + i, &v, sizeof v);
-  }
-  if (i < n) {
-    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
-    fast::VF va = fast::splat(0.0f), vb = fast::splat(0.0f);
-    std::memcpy(&va, a + i, bytes);
-    std::memcpy(&vb, b + i, bytes);
-    const fast::VF v = f(va, vb);
-    std::memcpy(out + i, &v, bytes);
-  }
-}
-
-// One instruction over n elements. float32 takes the vector forms the standalone kernels use.
+// One instruction over n elements, in the registers' type.
 template <typename T>
-void run(Opcode op, float imm, float imm2, const T* a, const T* b, T* o, int64_t n) {
-  constexpr bool f32 = std::is_same_v<T, float>;
-  switch (op) {
-    case Opcode::Add: for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i]; return;
-    case Opcode::Sub: for (int64_t i = 0; i < n; ++i) o[i] = a[i] - b[i]; return;
-    case Opcode::Mul: for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i]; return;
-    case Opcode::Div: for (int64_t i = 0; i < n; ++i) o[i] = a[i] / b[i]; return;
-    case Opcode::Neg: for (int64_t i = 0; i < n; ++i) o[i] = -a[i]; return;
-    case Opcode::Abs: for (int64_t i = 0; i < n; ++i) o[i] = std::abs(a[i]); return;
-    case Opcode::Log:  // the Log kernel's own forms, so that fusing does not change a bit
-      if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return fast::log(v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = std::log(a[i]);
-      return;
-    case Opcode::Sqrt: for (int64_t i = 0; i < n; ++i) o[i] = std::sqrt(a[i]); return;
-    case Opcode::Reciprocal: for (int64_t i = 0; i < n; ++i) o[i] = T(1) / a[i]; return;
-    case Opcode::Relu: for (int64_t i = 0; i < n; ++i) o[i] = a[i] <= T(0) ? T(0) : a[i]; return;
-    case Opcode::ReluGrad: for (int64_t i = 0; i < n; ++i) o[i] = b[i] <= T(0) ? T(0) : a[i]; return;
-    case Opcode::SigmoidGrad: for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i] * (T(1) - b[i]); return;
-    case Opcode::TanhGrad: for (int64_t i = 0; i < n; ++i) o[i] = a[i] * (T(1) - b[i] * b[i]); return;
-    case Opcode::LeakyRelu: {
-      const T alpha = static_cast<T>(imm);
-      if constexpr (f32) return vec_map(a, o, n, [alpha](fast::VF v) { return leaky_relu_math::forward(v, alpha); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = leaky_relu_math::forward(a[i], alpha);
-      return;
-    }
-    case Opcode::Exp:
-      if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return fast::exp(v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = std::exp(a[i]);
-      return;
-    case Opcode::Erf:
-      if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return fast::erf(v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = std::erf(a[i]);
-      return;
-    case Opcode::Tanh:
-      if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return fast::tanh(v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = std::tanh(a[i]);
-      return;
-    case Opcode::Sigmoid:
-      if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return fast::sigmoid(v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = silu_math::sigmoid(a[i]);
-      return;
-    case Opcode::GeluExact:
-      if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return gelu_math::exact(v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = gelu_math::exact(a[i]);
-      return;
-    case Opcode::GeluTanh:
-      if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return gelu_math::tanh_form(v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = gelu_math::tanh_form(a[i]);
-      return;
-    case Opcode::GeluExactGrad:
-      if constexpr (f32) return vec_zip(a, b, o, n, [](fast::VF g, fast::VF v) { return gelu_math::exact_grad(g, v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = gelu_math::exact_grad(a[i], b[i]);
-      return;
-    case Opcode::GeluTanhGrad:
-      if constexpr (f32) return vec_zip(a, b, o, n, [](fast::VF g, fast::VF v) { return gelu_math::tanh_grad(g, v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = gelu_math::tanh_grad(a[i], b[i]);
-      return;
-    case Opcode::Silu:
-      if constexpr (f32) return vec_map(a, o, n, [](fast::VF v) { return silu_math::forward(v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = silu_math::forward(a[i]);
-      return;
-    case Opcode::SiluGrad:
-      if constexpr (f32) return vec_zip(a, b, o, n, [](fast::VF g, fast::VF v) { return silu_math::grad(g, v); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = silu_math::grad(a[i], b[i]);
-      return;
-    case Opcode::HardTanh:
-      if constexpr (f32) return vec_map(a, o, n, [imm, imm2](fast::VF v) { return hard_tanh_math::forward(v, imm, imm2); });
-      else for (int64_t i = 0; i < n; ++i) o[i] = hard_tanh_math::forward(a[i], T(imm), T(imm2));
-      return;
-    case Opcode::HardTanhGrad:
-      if constexpr (f32) {
-        return vec_zip(a, b, o, n, [imm, imm2](fast::VF g, fast::VF v) { return hard_tanh_math::grad(g, v, imm, imm2); });
-      } else {
-        for (int64_t i = 0; i < n; ++i) o[i] = hard_tanh_math::grad(a[i], b[i], T(imm), T(imm2));
-      }
-      return;
-    case Opcode::kCount: break;
-  }
-  OT_THROW("FusedElementwise: unknown opcode ", static_cast<int64_t>(op));
+void run(const ElementwiseInstruction& op, float imm, float imm2, const T* a, const T* b, T* o, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) op.float32(a, b, o, n, imm, imm2);
+  else op.float64(a, b, o, n, imm, imm2);
 }
 
 // The output shape coalesced to [rows, inner]-style loops: dims where every operand (output
@@ -247,7 +71,7 @@ Walk coalesce(const TensorShape& out, const std::vector<TensorShape>& inputs) {
 class FusedElementwiseKernel final : public Kernel {
  public:
   explicit FusedElementwiseKernel(const KernelInfo& info)
-      : ops_(info.node.attr_ints("ops")),
+      : ops_(resolved(info.node.attr_strings("ops"))),
         args_(info.node.attr_ints("args")),
         consts_(info.node.attr_floats("consts")),
         consts2_(info.node.has_attr("consts2") ? info.node.attr_floats("consts2") : std::vector<float>(ops_.size(), 0.0f)),
@@ -259,9 +83,8 @@ class FusedElementwiseKernel final : public Kernel {
     OT_CHECK(outputs_.size() == info.node.outputs.size(), "program has ", outputs_.size(), " outputs for ",
              info.node.outputs.size(), " node outputs");
     for (size_t i = 0; i < ops_.size(); ++i) {
-      OT_CHECK(ops_[i] >= 0 && ops_[i] < static_cast<int64_t>(Opcode::kCount), "unknown opcode ", ops_[i]);
       const int64_t limit = num_inputs_ + static_cast<int64_t>(i);
-      for (int a = 0; a < fused::arity(static_cast<Opcode>(ops_[i])); ++a)
+      for (int a = 0; a < ops_[i]->arity; ++a)
         OT_CHECK(args_[2 * i + a] >= 0 && args_[2 * i + a] < limit, "instruction ", i, " reads register ",
                  args_[2 * i + a], ", which is not defined before it");
     }
@@ -285,9 +108,8 @@ class FusedElementwiseKernel final : public Kernel {
     // combined before meeting a full one) cannot come out of the blocked loop.
     std::vector<TensorShape> reg_shapes = shapes;
     for (size_t k = 0; k < ops_.size(); ++k) {
-      const Opcode op = static_cast<Opcode>(ops_[k]);
       const TensorShape& a = reg_shapes[static_cast<size_t>(args_[2 * k])];
-      reg_shapes.push_back(fused::arity(op) == 2
+      reg_shapes.push_back(ops_[k]->arity == 2
                                ? broadcast_shapes({a, reg_shapes[static_cast<size_t>(args_[2 * k + 1])]}, "FusedElementwise")
                                : a);
     }
@@ -311,6 +133,16 @@ class FusedElementwiseKernel final : public Kernel {
   }
 
  private:
+  static std::vector<const ElementwiseInstruction*> resolved(const std::vector<std::string>& names) {
+    std::vector<const ElementwiseInstruction*> ops;
+    for (const auto& name : names) {
+      const ElementwiseInstruction* op = OpRegistry::instance().instruction(name);
+      OT_CHECK(op, "unknown instruction '", name, "'");
+      ops.push_back(op);
+    }
+    return ops;
+  }
+
   static std::vector<Tensor> ctx_inputs(KernelContext& ctx) {
     std::vector<Tensor> inputs;
     for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.input(i));
@@ -333,7 +165,7 @@ class FusedElementwiseKernel final : public Kernel {
   void run_op_by_op(KernelContext& ctx, const std::vector<TensorShape>& reg_shapes, std::vector<Tensor> regs,
                     DType dtype, Write write) const {
     for (size_t k = 0; k < ops_.size(); ++k) {
-      const Opcode op = static_cast<Opcode>(ops_[k]);
+      const ElementwiseInstruction& op = *ops_[k];
       const TensorShape& shape = reg_shapes[static_cast<size_t>(num_inputs_) + k];
       auto expanded = [&](int64_t r) {
         const Tensor& src = regs[static_cast<size_t>(r)];
@@ -344,7 +176,7 @@ class FusedElementwiseKernel final : public Kernel {
         return full;
       };
       const Tensor a = expanded(args_[2 * k]);
-      const Tensor b = fused::arity(op) == 2 ? expanded(args_[2 * k + 1]) : Tensor();
+      const Tensor b = op.arity == 2 ? expanded(args_[2 * k + 1]) : Tensor();
       Tensor out = Tensor::empty(dtype, shape);
       run<T>(op, consts_[k], consts2_[k], a.data<T>(), b.defined() ? b.data<T>() : nullptr, out.data<T>(), shape.numel());
       regs.push_back(out);
@@ -405,9 +237,9 @@ class FusedElementwiseKernel final : public Kernel {
         for (size_t k = 0; k < ops_.size(); ++k) {
           const size_t r = static_cast<size_t>(num_inputs_) + k;
           T* dst = storage.data() + r * kBlock;
-          const Opcode op = static_cast<Opcode>(ops_[k]);
+          const ElementwiseInstruction& op = *ops_[k];
           run<T>(op, consts_[k], consts2_[k], reg[static_cast<size_t>(args_[2 * k])],
-                 fused::arity(op) == 2 ? reg[static_cast<size_t>(args_[2 * k + 1])] : nullptr, dst, len);
+                 op.arity == 2 ? reg[static_cast<size_t>(args_[2 * k + 1])] : nullptr, dst, len);
           reg[r] = dst;
         }
         for (size_t o = 0; o < outputs_.size(); ++o) {
@@ -423,7 +255,8 @@ class FusedElementwiseKernel final : public Kernel {
     });
   }
 
-  std::vector<int64_t> ops_, args_;
+  std::vector<const ElementwiseInstruction*> ops_;
+  std::vector<int64_t> args_;
   std::vector<float> consts_, consts2_;
   std::vector<int64_t> outputs_;
   int64_t num_inputs_;
@@ -431,7 +264,8 @@ class FusedElementwiseKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "FusedElementwise", kernel_factory<FusedElementwiseKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "FusedElementwise", kernel_factory<FusedElementwiseKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 // 16-bit floats in float32 registers (compute above).
 ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "FusedElementwise", kBothHalfFloats);
 

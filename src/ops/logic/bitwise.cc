@@ -9,9 +9,9 @@
 #include <type_traits>
 
 #include "onnx/custom_schema.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
 #include "ops/common/shift_direction.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -140,15 +140,19 @@ ONNXTRAIN_SCHEMA(integer_schema("BitwiseXor", "torch.bitwise_xor (^).", true, tr
 ONNXTRAIN_SCHEMA(integer_schema("BitwiseNot", "torch.bitwise_not (~).", false, true));
 ONNXTRAIN_SCHEMA(integer_schema("FloorDiv", "// and torch.div(rounding_mode='floor') on integers.", true, false));
 ONNXTRAIN_SCHEMA(shift_schema());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BitwiseAnd", kernel_factory(&integer_binary<BitAnd>));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BitwiseOr", kernel_factory(&integer_binary<BitOr>));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BitwiseXor", kernel_factory(&integer_binary<BitXor>));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BitwiseNot", kernel_factory(&bitwise_not));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "FloorDiv", kernel_factory(&integer_binary<FloorDiv>));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BitShift", kernel_factory<ShiftKernel>());
-ONNXTRAIN_KERNEL("", "BitwiseAnd", kernel_factory(&integer_binary<BitAnd>));
-ONNXTRAIN_KERNEL("", "BitwiseOr", kernel_factory(&integer_binary<BitOr>));
-ONNXTRAIN_KERNEL("", "BitwiseXor", kernel_factory(&integer_binary<BitXor>));
-ONNXTRAIN_KERNEL("", "BitwiseNot", kernel_factory(&bitwise_not));
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BitwiseAnd", kernel_factory(&integer_binary<BitAnd>),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BitwiseOr", kernel_factory(&integer_binary<BitOr>),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BitwiseXor", kernel_factory(&integer_binary<BitXor>),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BitwiseNot", kernel_factory(&bitwise_not), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "FloorDiv", kernel_factory(&integer_binary<FloorDiv>),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BitShift", kernel_factory<ShiftKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "BitwiseAnd", kernel_factory(&integer_binary<BitAnd>), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "BitwiseOr", kernel_factory(&integer_binary<BitOr>), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "BitwiseXor", kernel_factory(&integer_binary<BitXor>), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "BitwiseNot", kernel_factory(&bitwise_not), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

@@ -1,7 +1,7 @@
 // Comparisons with broadcasting: Equal, Less, Greater, LessOrEqual, GreaterOrEqual. Bool
 // outputs; no gradients (their outputs are not differentiable).
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -43,10 +43,10 @@ struct GreaterOrEqual {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Equal", kernel_factory(&compare<Equal>));
-ONNXTRAIN_KERNEL("", "Less", kernel_factory(&compare<Less>));
-ONNXTRAIN_KERNEL("", "Greater", kernel_factory(&compare<Greater>));
-ONNXTRAIN_KERNEL("", "LessOrEqual", kernel_factory(&compare<LessOrEqual>));
-ONNXTRAIN_KERNEL("", "GreaterOrEqual", kernel_factory(&compare<GreaterOrEqual>));
+ONNXTRAIN_KERNEL("", "Equal", kernel_factory(&compare<Equal>), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Less", kernel_factory(&compare<Less>), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Greater", kernel_factory(&compare<Greater>), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "LessOrEqual", kernel_factory(&compare<LessOrEqual>), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "GreaterOrEqual", kernel_factory(&compare<GreaterOrEqual>), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "core/half.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -87,13 +87,13 @@ class IsInfKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Not", kernel_factory(&logical_not));
-ONNXTRAIN_KERNEL("", "And", kernel_factory(&logical_binary<And>));
-ONNXTRAIN_KERNEL("", "Or", kernel_factory(&logical_binary<Or>));
-ONNXTRAIN_KERNEL("", "Xor", kernel_factory(&logical_binary<Xor>));
-ONNXTRAIN_KERNEL("", "IsNaN", kernel_factory(&is_nan));
+ONNXTRAIN_KERNEL("", "Not", kernel_factory(&logical_not), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "And", kernel_factory(&logical_binary<And>), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Or", kernel_factory(&logical_binary<Or>), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Xor", kernel_factory(&logical_binary<Xor>), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "IsNaN", kernel_factory(&is_nan), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "IsNaN", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "IsInf", kernel_factory<IsInfKernel>());
+ONNXTRAIN_KERNEL("", "IsInf", kernel_factory<IsInfKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "IsInf", kBothHalfFloats);
 
 }  // namespace onnxtrain

@@ -18,6 +18,17 @@ const char* loss_reduction_name(LossReduction r) {
   }
 }
 
+LossAttrs::LossAttrs(const Node& node)
+    : reduction(parse_loss_reduction(node)),
+      has_ignore(node.has_attr("ignore_index")),
+      ignore_index(node.attr_int("ignore_index", 0)) {}
+
+AttributeMap LossAttrs::attrs() const {
+  AttributeMap a{{"reduction", Attribute::of_string(loss_reduction_name(reduction))}};
+  if (has_ignore) a["ignore_index"] = Attribute::of_int(ignore_index);
+  return a;
+}
+
 LossLabels::LossLabels(const Tensor& labels, bool has_ignore, int64_t ignore_index, int64_t classes,
                        const char* what)
     : has_ignore_(has_ignore), ignore_(ignore_index), classes_(classes), what_(what) {
@@ -49,6 +60,20 @@ void check_loss_weights(const Tensor& weights, DType dtype, int64_t classes, con
            classes, "), got ", weights.str());
   OT_CHECK(weights.dtype() == dtype, what, ": the weights ", weights.str(), " must have the input's element type ",
            dtype_name(dtype));
+}
+
+LossForward begin_loss_forward(KernelContext& ctx, const LossAttrs& attrs, const char* what) {
+  const Tensor& input = ctx.input(0);
+  const Tensor& labels = ctx.input(1);
+  const AxisSplit split = loss_layout(input.shape(), labels.shape(), what);
+  const Tensor* weights = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  if (weights) check_loss_weights(*weights, input.dtype(), split.n, what);
+  return {input,
+          labels,
+          split,
+          weights,
+          LossLabels(labels, attrs.has_ignore, attrs.ignore_index, split.n, what),
+          ctx.allocate_output(0, input.dtype(), loss_shape(attrs.reduction, labels.shape()))};
 }
 
 }  // namespace onnxtrain

@@ -6,6 +6,7 @@
 
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "opdef/kernel.h"
 #include "ops/common/reduce.h"
 
 namespace onnxtrain {
@@ -14,6 +15,17 @@ enum class LossReduction { None, Sum, Mean };
 
 LossReduction parse_loss_reduction(const Node& node);
 const char* loss_reduction_name(LossReduction r);
+
+// The attributes both losses have, parsed once.
+struct LossAttrs {
+  LossReduction reduction;
+  bool has_ignore;
+  int64_t ignore_index;
+
+  explicit LossAttrs(const Node& node);
+  // As the gradient rules hand them to the backward ops.
+  AttributeMap attrs() const;
+};
 
 // Class labels (int32 or int64) with the optional ignore_index.
 class LossLabels {
@@ -45,6 +57,19 @@ TensorShape loss_shape(LossReduction r, const TensorShape& labels);
 
 // Checks the optional class weights: 1-D of C values of the input's element type.
 void check_loss_weights(const Tensor& weights, DType dtype, int64_t classes, const char* what);
+
+// What both forward kernels read first, checked against each other: scores or log-probabilities
+// [N, C, d1..dk] (input 0), labels (input 1), the optional class weights (input 2); and the loss
+// (output 0), allocated.
+struct LossForward {
+  const Tensor& input;
+  const Tensor& label_tensor;
+  AxisSplit split;
+  const Tensor* weights;
+  LossLabels labels;
+  Tensor& loss;
+};
+LossForward begin_loss_forward(KernelContext& ctx, const LossAttrs& attrs, const char* what);
 
 // The denominator of "mean": the sum of the weights of the labels not ignored (their count
 // without weights). Also validates every label.

@@ -4,48 +4,28 @@
 #include <algorithm>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/loss/loss_common.h"
-#include "ops/registry.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
 namespace {
-
-struct NllAttrs {
-  LossReduction reduction;
-  bool has_ignore;
-  int64_t ignore_index;
-
-  explicit NllAttrs(const Node& node)
-      : reduction(parse_loss_reduction(node)),
-        has_ignore(node.has_attr("ignore_index")),
-        ignore_index(node.attr_int("ignore_index", 0)) {}
-
-  AttributeMap attrs() const {
-    AttributeMap a{{"reduction", Attribute::of_string(loss_reduction_name(reduction))}};
-    if (has_ignore) a["ignore_index"] = Attribute::of_int(ignore_index);
-    return a;
-  }
-};
 
 class NllLossKernel final : public Kernel {
  public:
   explicit NllLossKernel(const KernelInfo& info) : attrs_(info.node) {}
 
   void compute(KernelContext& ctx) const override {
-    const char* what = "NegativeLogLikelihoodLoss";
-    const Tensor& x = ctx.input(0);
-    const Tensor& target = ctx.input(1);
-    const AxisSplit s = loss_layout(x.shape(), target.shape(), what);
-    const Tensor* weight = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-    if (weight) check_loss_weights(*weight, x.dtype(), s.n, what);
-    const LossLabels labels(target, attrs_.has_ignore, attrs_.ignore_index, s.n, what);
-    Tensor& loss = ctx.allocate_output(0, x.dtype(), loss_shape(attrs_.reduction, target.shape()));
-    dispatch_float(x.dtype(), what, [&](auto tag) {
+    const LossForward f = begin_loss_forward(ctx, attrs_, "NegativeLogLikelihoodLoss");
+    const Tensor& x = f.input;
+    const AxisSplit& s = f.split;
+    const Tensor* weight = f.weights;
+    const LossLabels& labels = f.labels;
+    dispatch_float(x.dtype(), "NegativeLogLikelihoodLoss", [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* px = x.data<T>();
       const T* pw = weight ? weight->data<T>() : nullptr;
-      T* out = loss.data<T>();
+      T* out = f.loss.data<T>();
       // One value per position: cheap next to the [N, C, ...] input, so sums run serially in double.
       double total = 0, weights = 0;
       for (int64_t o = 0; o < s.outer; ++o)
@@ -64,7 +44,7 @@ class NllLossKernel final : public Kernel {
   }
 
  private:
-  NllAttrs attrs_;
+  LossAttrs attrs_;
 };
 
 // Inputs: dLoss, target, shape of the input, weight (optional). Same attributes as the forward.
@@ -108,14 +88,14 @@ class NllLossGradKernel final : public Kernel {
   }
 
  private:
-  NllAttrs attrs_;
+  LossAttrs attrs_;
 };
 
 void nll_loss_gradient(GradBuilder& g) {
   if (g.needs_input_grad(2))
     throw UnsupportedError(str_cat(g.node().describe(), ": the gradient with respect to the class weights is not "
                                                         "supported (PyTorch's nll_loss does not implement it either)"));
-  const NllAttrs attrs(g.node());
+  const LossAttrs attrs(g.node());
   std::vector<std::string> inputs{g.output_grad(0), g.input(1), g.shape_of(g.input(0))};
   if (g.has_input(2)) inputs.push_back(g.input(2));
   g.set_input_grad(0, g.op("NegativeLogLikelihoodLossGrad", inputs, attrs.attrs(), kOnnxTrainDomain));
@@ -123,8 +103,10 @@ void nll_loss_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "NegativeLogLikelihoodLoss", kernel_factory<NllLossKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "NegativeLogLikelihoodLossGrad", kernel_factory<NllLossGradKernel>());
+ONNXTRAIN_KERNEL("", "NegativeLogLikelihoodLoss", kernel_factory<NllLossKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "NegativeLogLikelihoodLossGrad", kernel_factory<NllLossGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "NegativeLogLikelihoodLoss", nll_loss_gradient);
 
 }  // namespace onnxtrain

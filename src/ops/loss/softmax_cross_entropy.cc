@@ -11,9 +11,9 @@
 // (output 2; passes/softmax_statistics.cc asks for it), which the backward then reads instead of
 // taking the statistics pass again.
 #include "autodiff/grad_builder.h"
-#include "ops/loss/loss_common.h"
 #include "onnx/custom_schema.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
+#include "ops/loss/loss_common.h"
 #include "ops/softmax/softmax_math.h"
 
 namespace onnxtrain {
@@ -25,25 +25,20 @@ using softmax_math::max_lanes;
 using softmax_math::sum_lanes;
 using softmax_math::vexp;
 
-struct SceAttrs {
-  LossReduction reduction;
-  bool has_ignore;
-  int64_t ignore_index;
+// The losses' attributes, and PyTorch's label smoothing (the engine's own op has it).
+struct SceAttrs : LossAttrs {
   float smoothing;
 
   explicit SceAttrs(const Node& node)
-      : reduction(parse_loss_reduction(node)),
-        has_ignore(node.has_attr("ignore_index")),
-        ignore_index(node.attr_int("ignore_index", 0)),
+      : LossAttrs(node),
         smoothing(node.domain == kOnnxTrainDomain ? node.attr_float("label_smoothing", 0.0f) : 0.0f) {
     OT_CHECK(smoothing >= 0.0f && smoothing <= 1.0f, node.describe(), ": label_smoothing is ", smoothing,
              ", it must lie in [0, 1]");
   }
 
   AttributeMap attrs() const {
-    AttributeMap a{{"reduction", Attribute::of_string(loss_reduction_name(reduction))},
-                   {"label_smoothing", Attribute::of_float(smoothing)}};
-    if (has_ignore) a["ignore_index"] = Attribute::of_int(ignore_index);
+    AttributeMap a = LossAttrs::attrs();
+    a["label_smoothing"] = Attribute::of_float(smoothing);
     return a;
   }
 };
@@ -64,13 +59,13 @@ class SceKernel final : public Kernel {
 
   void compute(KernelContext& ctx) const override {
     const char* what = "SoftmaxCrossEntropyLoss";
-    const Tensor& x = ctx.input(0);
-    const Tensor& labels_t = ctx.input(1);
-    const AxisSplit s = loss_layout(x.shape(), labels_t.shape(), what);
-    const Tensor* weights = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-    if (weights) check_loss_weights(*weights, x.dtype(), s.n, what);
-    const LossLabels labels(labels_t, attrs_.has_ignore, attrs_.ignore_index, s.n, what);
-    Tensor& loss = ctx.allocate_output(0, x.dtype(), loss_shape(attrs_.reduction, labels_t.shape()));
+    const LossForward f = begin_loss_forward(ctx, attrs_, what);
+    const Tensor& x = f.input;
+    const Tensor& labels_t = f.label_tensor;
+    const AxisSplit& s = f.split;
+    const Tensor* weights = f.weights;
+    const LossLabels& labels = f.labels;
+    Tensor& loss = f.loss;
     Tensor* log_prob = ctx.output_needed(1) ? &ctx.allocate_output(1, x.dtype(), x.shape()) : nullptr;
     Tensor* log_sum_exp = ctx.output_needed(2) ? &ctx.allocate_output(2, x.dtype(), labels_t.shape()) : nullptr;
     const int64_t positions = s.outer * s.inner;
@@ -323,9 +318,11 @@ onnx::OpSchema smoothed_sce_schema() {
 }
 
 ONNXTRAIN_SCHEMA(smoothed_sce_schema());
-ONNXTRAIN_KERNEL("", "SoftmaxCrossEntropyLoss", kernel_factory<SceKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftmaxCrossEntropyLoss", kernel_factory<SceKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftmaxCrossEntropyLossGrad", kernel_factory<SceGradKernel>());
+ONNXTRAIN_KERNEL("", "SoftmaxCrossEntropyLoss", kernel_factory<SceKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftmaxCrossEntropyLoss", kernel_factory<SceKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftmaxCrossEntropyLossGrad", kernel_factory<SceGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "SoftmaxCrossEntropyLoss", sce_gradient);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "SoftmaxCrossEntropyLoss", sce_gradient);
 

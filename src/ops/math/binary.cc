@@ -1,7 +1,8 @@
 // Add, Sub, Mul, Div: broadcasting arithmetic and their gradients.
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
+#include "ops/fused/instruction_forms.h"
 
 namespace onnxtrain {
 namespace {
@@ -54,15 +55,36 @@ void div_gradient(GradBuilder& g) {
     g.set_input_grad(1, g.reduce_to_input_shape(g.op("Neg", {g.op("Mul", {dy_over_b, g.output(0)})}), 1));
 }
 
+// In a fused loop (FusedElementwise): the kernels' own formulas.
+template <typename Op>
+struct ArithmeticForms {
+  static constexpr bool kVector = false;
+  template <typename T>
+  static T scalar(T a, T b, float, float) { return Op::apply(a, b); }
+};
+const ElementwiseInstruction kAdd = fused::binary_instruction<ArithmeticForms<AddOp>>("Add");
+const ElementwiseInstruction kSub = fused::binary_instruction<ArithmeticForms<SubOp>>("Sub");
+const ElementwiseInstruction kMul = fused::binary_instruction<ArithmeticForms<MulOp>>("Mul");
+const ElementwiseInstruction kDiv = fused::binary_instruction<ArithmeticForms<DivOp>>("Div");
+
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Add", kernel_factory(&arithmetic<AddOp>));
-ONNXTRAIN_KERNEL("", "Sub", kernel_factory(&arithmetic<SubOp>));
-ONNXTRAIN_KERNEL("", "Mul", kernel_factory(&arithmetic<MulOp>));
-ONNXTRAIN_KERNEL("", "Div", kernel_factory(&arithmetic<DivOp>));
+ONNXTRAIN_KERNEL("", "Add", kernel_factory(&arithmetic<AddOp>), Recompute::Cheap, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL("", "Sub", kernel_factory(&arithmetic<SubOp>), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Mul", kernel_factory(&arithmetic<MulOp>), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Div", kernel_factory(&arithmetic<DivOp>), Recompute::Cheap, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Add", add_gradient);
 ONNXTRAIN_GRADIENT("", "Sub", sub_gradient);
 ONNXTRAIN_GRADIENT("", "Mul", mul_gradient);
 ONNXTRAIN_GRADIENT("", "Div", div_gradient);
+
+ONNXTRAIN_INSTRUCTION(kAdd);
+ONNXTRAIN_INSTRUCTION(kSub);
+ONNXTRAIN_INSTRUCTION(kMul);
+ONNXTRAIN_INSTRUCTION(kDiv);
+ONNXTRAIN_ELEMENTWISE("", "Add", (fused::lower_to<kAdd, 2>));
+ONNXTRAIN_ELEMENTWISE("", "Sub", (fused::lower_to<kSub, 2>));
+ONNXTRAIN_ELEMENTWISE("", "Mul", (fused::lower_to<kMul, 2>));
+ONNXTRAIN_ELEMENTWISE("", "Div", (fused::lower_to<kDiv, 2>));
 
 }  // namespace onnxtrain

@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -85,8 +85,8 @@ void clip_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Clip", kernel_factory<ClipKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ClipGrad", kernel_factory(&clip_grad));
+ONNXTRAIN_KERNEL("", "Clip", kernel_factory<ClipKernel>(), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ClipGrad", kernel_factory(&clip_grad), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Clip", clip_gradient);
 
 }  // namespace onnxtrain

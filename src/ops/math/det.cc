@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -157,8 +157,8 @@ void det_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Det", kernel_factory(&det_kernel));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "DetGrad", kernel_factory(&det_grad_kernel));
+ONNXTRAIN_KERNEL("", "Det", kernel_factory(&det_kernel), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "DetGrad", kernel_factory(&det_grad_kernel), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Det", det_gradient);
 
 }  // namespace onnxtrain

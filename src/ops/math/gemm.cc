@@ -1,7 +1,7 @@
 // Gemm: Y = alpha op(A) op(B) + beta C, C broadcast to [M, N]; and its gradient.
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "runtime/blas.h"
 #include "runtime/half_convert.h"
 
@@ -111,7 +111,7 @@ void gemm_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Gemm", kernel_factory<GemmKernel>());
+ONNXTRAIN_KERNEL("", "Gemm", kernel_factory<GemmKernel>(), Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_GRADIENT("", "Gemm", gemm_gradient);
 // bfloat16 on oneDNN's bfloat16 GEMM (compute_bfloat16); float16 is widened by the executor.
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Gemm", {DType::BFloat16});

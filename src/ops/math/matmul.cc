@@ -5,10 +5,10 @@
 #include <algorithm>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/broadcast.h"
 #include "ops/common/float32_sums.h"
 #include "ops/common/reduce.h"
-#include "ops/registry.h"
 #include "runtime/blas.h"
 #include "runtime/half_convert.h"
 #include "runtime/thread_pool.h"
@@ -293,14 +293,15 @@ void matmul_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "MatMul", kernel_factory(&matmul_kernel));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "FusedMatMul", kernel_factory<FusedMatMulKernel>());
+ONNXTRAIN_KERNEL("", "MatMul", kernel_factory(&matmul_kernel), Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "FusedMatMul", kernel_factory<FusedMatMulKernel>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MatMulGradA", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
   return std::make_unique<MatMulGradKernel>(info, true);
-});
+}, Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MatMulGradB", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
   return std::make_unique<MatMulGradKernel>(info, false);
-});
+}, Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_GRADIENT("", "MatMul", matmul_gradient);
 // bfloat16 products on oneDNN's bfloat16 GEMM (matmul_bfloat16); float16 is widened by the executor.
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "MatMul", {DType::BFloat16});

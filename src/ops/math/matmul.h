@@ -1,7 +1,7 @@
 #pragma once
 // Batched matrix products with numpy broadcasting over the leading dims, shared by MatMul,
 // FusedMatMul and the attention kernels.
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 
 namespace onnxtrain {
 

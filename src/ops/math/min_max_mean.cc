@@ -5,8 +5,8 @@
 // dim (all of it to the first input holding the extreme, NaN counting as the extreme).
 #include "autodiff/grad_builder.h"
 #include "core/half.h"
+#include "opdef/op_registry.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -174,11 +174,13 @@ void mean_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Max", kernel_factory(&min_max<MaxOp>));
-ONNXTRAIN_KERNEL("", "Min", kernel_factory(&min_max<MinOp>));
-ONNXTRAIN_KERNEL("", "Mean", kernel_factory(&mean));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MaxGrad", kernel_factory<MinMaxGradKernel<MaxOp>>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MinGrad", kernel_factory<MinMaxGradKernel<MinOp>>());
+ONNXTRAIN_KERNEL("", "Max", kernel_factory(&min_max<MaxOp>), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Min", kernel_factory(&min_max<MinOp>), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Mean", kernel_factory(&mean), Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MaxGrad", kernel_factory<MinMaxGradKernel<MaxOp>>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MinGrad", kernel_factory<MinMaxGradKernel<MinOp>>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Max", min_max_gradient<MaxOp>);
 ONNXTRAIN_GRADIENT("", "Min", min_max_gradient<MinOp>);
 ONNXTRAIN_GRADIENT("", "Mean", mean_gradient);

@@ -4,9 +4,9 @@
 // remainder and fmod backward.
 #include "autodiff/grad_builder.h"
 #include "core/half.h"
-#include "ops/math/float_kernels.h"
+#include "opdef/op_registry.h"
 #include "ops/common/shift_direction.h"
-#include "ops/registry.h"
+#include "ops/math/float_kernels.h"
 
 namespace onnxtrain {
 namespace {
@@ -110,8 +110,8 @@ void mod_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Mod", kernel_factory<ModKernel>());
+ONNXTRAIN_KERNEL("", "Mod", kernel_factory<ModKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Mod", mod_gradient);
-ONNXTRAIN_KERNEL("", "BitShift", kernel_factory<BitShiftKernel>());
+ONNXTRAIN_KERNEL("", "BitShift", kernel_factory<BitShiftKernel>(), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

@@ -4,8 +4,8 @@
 
 #include "autodiff/grad_builder.h"
 #include "core/checked_math.h"
+#include "opdef/op_registry.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -157,8 +157,8 @@ void pow_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Pow", kernel_factory(&pow_kernel));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PowGrad", kernel_factory<PowGradKernel>());
+ONNXTRAIN_KERNEL("", "Pow", kernel_factory(&pow_kernel), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PowGrad", kernel_factory<PowGradKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Pow", pow_gradient);
 
 }  // namespace onnxtrain

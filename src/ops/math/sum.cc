@@ -2,8 +2,8 @@
 #include <cstring>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -39,9 +39,18 @@ void sum_gradient(GradBuilder& g) {
     if (g.needs_input_grad(i)) g.set_input_grad(i, g.reduce_to_input_shape(g.output_grad(0), i));
 }
 
+// A Sum of two is how gradients accumulate: in a fused loop it is an Add (ops/math/binary.cc).
+bool lower_sum(const Node& node, LoweredInstruction& out) {
+  if (node.inputs.size() != 2) return false;
+  out = {OpRegistry::instance().instruction("Add")};
+  return out.instruction != nullptr;
+}
+
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Sum", kernel_factory(&sum));
+ONNXTRAIN_KERNEL("", "Sum", kernel_factory(&sum), Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_GRADIENT("", "Sum", sum_gradient);
+
+ONNXTRAIN_ELEMENTWISE("", "Sum", lower_sum);
 
 }  // namespace onnxtrain

@@ -3,8 +3,8 @@
 // Derivatives are written as PyTorch 1.13 writes them, so the edges of the domains (asin at
 // +-1, acosh at 1, atanh at +-1) give the same infinities.
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -78,9 +78,10 @@ void gradient(GradBuilder& g) {
 
 }  // namespace
 
-#define OT_TRIG_OP(Op)                                                           \
-  ONNXTRAIN_KERNEL("", #Op, kernel_factory(&forward<Op>));                       \
-  ONNXTRAIN_KERNEL(kOnnxTrainDomain, #Op "Grad", kernel_factory(&backward<Op>)); \
+#define OT_TRIG_OP(Op)                                                                             \
+  ONNXTRAIN_KERNEL("", #Op, kernel_factory(&forward<Op>), Recompute::Costly, Rounding::PerValue); \
+  ONNXTRAIN_KERNEL(kOnnxTrainDomain, #Op "Grad", kernel_factory(&backward<Op>), Recompute::Costly,   \
+                   Rounding::PerValue);                                                          \
   ONNXTRAIN_GRADIENT("", #Op, gradient<Op>)
 
 OT_TRIG_OP(Sin);

@@ -2,9 +2,10 @@
 // Floor, Ceil, Round, whose derivative is zero wherever it exists: PyTorch gives them a zero
 // gradient (outputs that still require grad), so they get one here too.
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
+#include "ops/fused/instruction_forms.h"
 #include "ops/math/fast_math.h"
 #include "ops/math/float_kernels.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -112,22 +113,64 @@ void erf_gradient(GradBuilder& g) {
   g.set_input_grad(0, g.op("ErfGrad", {g.output_grad(0), g.input(0)}, {}, kOnnxTrainDomain));
 }
 
+// In a fused loop (FusedElementwise): the kernels' own formulas, vectorized where theirs are.
+struct AbsForms {
+  static constexpr bool kVector = false;
+  template <typename T>
+  static T scalar(T x, float, float) { return abs_value(x); }
+};
+struct SqrtForms {
+  static constexpr bool kVector = false;
+  template <typename T>
+  static T scalar(T x, float, float) { return std::sqrt(x); }
+};
+struct ReciprocalForms {
+  static constexpr bool kVector = false;
+  template <typename T>
+  static T scalar(T x, float, float) { return T(1) / x; }
+};
+struct ExpForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T x, float, float) { return std::exp(x); }
+  static fast::VF vector(fast::VF x, float, float) { return fast::exp(x); }
+};
+struct LogForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T x, float, float) { return std::log(x); }
+  static fast::VF vector(fast::VF x, float, float) { return fast::log(x); }
+};
+struct ErfForms {
+  static constexpr bool kVector = true;
+  template <typename T>
+  static T scalar(T x, float, float) { return std::erf(x); }
+  static fast::VF vector(fast::VF x, float, float) { return fast::erf(x); }
+};
+const ElementwiseInstruction kAbs = fused::unary_instruction<AbsForms>("Abs");
+const ElementwiseInstruction kSqrt = fused::unary_instruction<SqrtForms>("Sqrt");
+const ElementwiseInstruction kReciprocal = fused::unary_instruction<ReciprocalForms>("Reciprocal");
+const ElementwiseInstruction kExp = fused::unary_instruction<ExpForms>("Exp");
+const ElementwiseInstruction kLog = fused::unary_instruction<LogForms>("Log");
+const ElementwiseInstruction kErf = fused::unary_instruction<ErfForms>("Erf");
+
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Abs", kernel_factory(&abs_kernel));
-ONNXTRAIN_KERNEL("", "Sign", kernel_factory(&sign_kernel));
-ONNXTRAIN_KERNEL("", "Exp", kernel_factory(&exp_kernel));
-ONNXTRAIN_KERNEL("", "Log", kernel_factory(&log_kernel));
-ONNXTRAIN_KERNEL("", "Sqrt", kernel_factory(&sqrt_kernel));
-ONNXTRAIN_KERNEL("", "Reciprocal", kernel_factory(&reciprocal_kernel));
-ONNXTRAIN_KERNEL("", "Erf", kernel_factory(&erf_kernel));
-ONNXTRAIN_KERNEL("", "Floor", kernel_factory(&floor_kernel));
-ONNXTRAIN_KERNEL("", "Ceil", kernel_factory(&ceil_kernel));
-ONNXTRAIN_KERNEL("", "Round", kernel_factory(&round_kernel));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "AbsGrad", kernel_factory(&abs_grad));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SqrtGrad", kernel_factory(&sqrt_grad));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReciprocalGrad", kernel_factory(&reciprocal_grad));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ErfGrad", kernel_factory(&erf_grad));
+ONNXTRAIN_KERNEL("", "Abs", kernel_factory(&abs_kernel), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Sign", kernel_factory(&sign_kernel), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Exp", kernel_factory(&exp_kernel), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Log", kernel_factory(&log_kernel), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Sqrt", kernel_factory(&sqrt_kernel), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Reciprocal", kernel_factory(&reciprocal_kernel), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Erf", kernel_factory(&erf_kernel), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Floor", kernel_factory(&floor_kernel), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Ceil", kernel_factory(&ceil_kernel), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Round", kernel_factory(&round_kernel), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "AbsGrad", kernel_factory(&abs_grad), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SqrtGrad", kernel_factory(&sqrt_grad), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReciprocalGrad", kernel_factory(&reciprocal_grad),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ErfGrad", kernel_factory(&erf_grad), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Abs", abs_gradient);
 ONNXTRAIN_GRADIENT("", "Exp", exp_gradient);
 ONNXTRAIN_GRADIENT("", "Log", log_gradient);
@@ -138,5 +181,18 @@ ONNXTRAIN_ZERO_GRADIENT("", "Sign");
 ONNXTRAIN_ZERO_GRADIENT("", "Floor");
 ONNXTRAIN_ZERO_GRADIENT("", "Ceil");
 ONNXTRAIN_ZERO_GRADIENT("", "Round");
+
+ONNXTRAIN_INSTRUCTION(kAbs);
+ONNXTRAIN_INSTRUCTION(kSqrt);
+ONNXTRAIN_INSTRUCTION(kReciprocal);
+ONNXTRAIN_INSTRUCTION(kExp);
+ONNXTRAIN_INSTRUCTION(kLog);
+ONNXTRAIN_INSTRUCTION(kErf);
+ONNXTRAIN_ELEMENTWISE("", "Abs", (fused::lower_to<kAbs, 1>));
+ONNXTRAIN_ELEMENTWISE("", "Sqrt", (fused::lower_to<kSqrt, 1>));
+ONNXTRAIN_ELEMENTWISE("", "Reciprocal", (fused::lower_to<kReciprocal, 1>));
+ONNXTRAIN_ELEMENTWISE("", "Exp", (fused::lower_to<kExp, 1>));
+ONNXTRAIN_ELEMENTWISE("", "Log", (fused::lower_to<kLog, 1>));
+ONNXTRAIN_ELEMENTWISE("", "Erf", (fused::lower_to<kErf, 1>));
 
 }  // namespace onnxtrain

@@ -4,15 +4,14 @@
 #include "ops/nn/batch_norm.h"
 
 #include "autodiff/grad_builder.h"
-#include "ops/nn/norm_common.h"
 #include "onnx/custom_schema.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
+#include "ops/nn/norm_common.h"
 
 namespace onnxtrain {
 namespace {
 
 using norm::ChannelLayout;
-using norm::ScratchCarver;
 
 ChannelLayout bn_layout(const Tensor& x, bool spatial) {
   OT_CHECK(x.rank() >= 1, "X must have rank >= 1, got ", x.str());
@@ -59,16 +58,10 @@ class BatchNormKernel final : public Kernel {
     const Tensor& x = ctx.input(0);
     const ChannelLayout l = bn_layout(x, spatial_);
     const int64_t C = l.c;
-    const size_t bytes = 6 * ScratchCarver::bytes_for<double>(C) + 2 * ScratchCarver::bytes_for<T>(C);
-    ScratchCarver sc(ctx.scratch(bytes), bytes);
-    double* scale = sc.take<double>(C);
-    double* bias = sc.take<double>(C);
-    double* in_mean = sc.take<double>(C);
-    double* in_var = sc.take<double>(C);
-    double* mean = sc.take<double>(C);
-    double* var = sc.take<double>(C);
-    T* a = sc.take<T>(C);
-    T* d = sc.take<T>(C);
+    const auto scratch = norm::channel_scratch<T, 6, 2>(ctx, C);
+    double *scale = scratch.doubles[0], *bias = scratch.doubles[1], *in_mean = scratch.doubles[2],
+           *in_var = scratch.doubles[3], *mean = scratch.doubles[4], *var = scratch.doubles[5];
+    T *a = scratch.values[0], *d = scratch.values[1];
     const bool onnx = flavor_ == Flavor::Onnx;
     norm::read_channel_param_for(ctx.input(1), x.dtype(), C, "scale", scale);
     norm::read_channel_param_for(ctx.input(2), x.dtype(), C, "B", bias);
@@ -212,7 +205,7 @@ void use_pytorch_batchnorm(Graph& graph, Node& node) {
 
 ONNXTRAIN_KERNEL("", "BatchNormalization", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
   return std::make_unique<BatchNormKernel>(info, Flavor::Onnx);
-});
+}, Recompute::Costly, Rounding::PerValue);
 // The front end writes BatchNormTraining into exported graphs: give shape inference its rule.
 onnx::OpSchema batch_norm_training_schema() {
   onnx::OpSchema schema;
@@ -251,10 +244,17 @@ onnx::OpSchema batch_norm_training_schema() {
 ONNXTRAIN_SCHEMA(batch_norm_training_schema());
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BatchNormTraining", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
   return std::make_unique<BatchNormKernel>(info, Flavor::TorchTraining);
-});
+}, Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "BatchNormalization", kBothHalfFloats);
 ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "BatchNormTraining", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "BatchNormalization", batch_norm_gradient);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "BatchNormTraining", batch_norm_training_gradient);
+
+// The batch means, running and saved, are per-channel sums for the audit.
+static AuditedOutput batch_norm_audited_output(const Node&, size_t index) {
+  return index == 1 || index == 3 ? AuditedOutput::ChannelSums : AuditedOutput::Value;
+}
+ONNXTRAIN_AUDITED_OUTPUTS("", "BatchNormalization", batch_norm_audited_output);
+ONNXTRAIN_AUDITED_OUTPUTS(kOnnxTrainDomain, "BatchNormTraining", batch_norm_audited_output);
 
 }  // namespace onnxtrain

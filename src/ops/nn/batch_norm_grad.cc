@@ -11,14 +11,13 @@
 //   training:  dX = scale * inv_std * (dY - dB / M - xhat * dscale / M)
 //   inference: dX = scale * inv_std * dY, dmean = -scale * inv_std * dB,
 //              dvar = -scale * inv_std^2 * dscale / 2
+#include "opdef/op_registry.h"
 #include "ops/nn/norm_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
 
 using norm::ChannelLayout;
-using norm::ScratchCarver;
 
 class BatchNormGradKernel final : public Kernel {
  public:
@@ -42,18 +41,10 @@ class BatchNormGradKernel final : public Kernel {
     OT_CHECK(x.rank() >= 1, "X must have rank >= 1, got ", x.str());
     const ChannelLayout l = norm::channel_layout(x.shape());
     const int64_t C = l.c;
-    const size_t bytes = 6 * ScratchCarver::bytes_for<double>(C) + 4 * ScratchCarver::bytes_for<T>(C);
-    ScratchCarver sc(ctx.scratch(bytes), bytes);
-    double* scale = sc.take<double>(C);
-    double* mean = sc.take<double>(C);
-    double* inv_std = sc.take<double>(C);
-    double* var = sc.take<double>(C);
-    double* sum_dy = sc.take<double>(C);
-    double* sum_dy_xm = sc.take<double>(C);
-    T* ta = sc.take<T>(C);
-    T* tb = sc.take<T>(C);
-    T* td = sc.take<T>(C);
-    T* tshift = sc.take<T>(C);
+    const auto scratch = norm::channel_scratch<T, 6, 4>(ctx, C);
+    double *scale = scratch.doubles[0], *mean = scratch.doubles[1], *inv_std = scratch.doubles[2],
+           *var = scratch.doubles[3], *sum_dy = scratch.doubles[4], *sum_dy_xm = scratch.doubles[5];
+    T *ta = scratch.values[0], *tb = scratch.values[1], *td = scratch.values[2], *tshift = scratch.values[3];
     norm::read_channel_param_for(scale_t, x.dtype(), C, "scale", scale);
 
     const bool have_stats = ctx.has_input(3) && ctx.has_input(4);
@@ -102,7 +93,15 @@ class BatchNormGradKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BatchNormGrad", kernel_factory<BatchNormGradKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "BatchNormGrad", kernel_factory<BatchNormGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "BatchNormGrad", kBothHalfFloats);
+
+// In training mode dscale = sum(dY * xhat) and dB = sum(dY) are per-channel sums for the audit.
+static AuditedOutput batch_norm_grad_audited_output(const Node& node, size_t index) {
+  return node.attr_int("training_mode", 1) != 0 && (index == 1 || index == 2) ? AuditedOutput::ChannelSums
+                                                                               : AuditedOutput::Value;
+}
+ONNXTRAIN_AUDITED_OUTPUTS(kOnnxTrainDomain, "BatchNormGrad", batch_norm_grad_audited_output);
 
 }  // namespace onnxtrain

@@ -9,10 +9,10 @@
 #include <algorithm>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/nn/conv_common.h"
 #include "ops/nn/conv_depthwise.h"
 #include "ops/nn/conv_onednn.h"
-#include "ops/registry.h"
 #include "runtime/half_convert.h"
 #include "runtime/thread_pool.h"
 
@@ -219,10 +219,12 @@ void conv_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Conv", kernel_factory<ConvKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvGradX", kernel_factory<ConvGradXKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvGradW", kernel_factory<ConvGradWKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvGradB", kernel_factory(&conv_grad_b));
+ONNXTRAIN_KERNEL("", "Conv", kernel_factory<ConvKernel>(), Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvGradX", kernel_factory<ConvGradXKernel>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvGradW", kernel_factory<ConvGradWKernel>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvGradB", kernel_factory(&conv_grad_b), Recompute::Costly, Rounding::SumOfTerms);
 // bfloat16 on oneDNN's bfloat16 convolutions where the CPU has them (conv_*_bfloat16 above);
 // float16 is widened by the executor.
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Conv", {DType::BFloat16});

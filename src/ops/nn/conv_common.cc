@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/checked_math.h"
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {

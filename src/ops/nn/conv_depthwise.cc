@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>

@@ -5,7 +5,7 @@
 // is one vector multiply-add for any stride, dilation, padding or plane size, and the result is
 // transposed back. Used by Conv, ConvGradX and ConvGradW
 // for every 1-D to 3-D geometry of that kind. Scratch comes from the kernel's context.
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 #include "ops/nn/conv_common.h"
 
 namespace onnxtrain {

@@ -8,7 +8,7 @@
 // that OpenBLAS handles poorly; outputs then go through a small gather/scatter copy.
 #include <algorithm>
 
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 #include "ops/nn/conv_common.h"
 #include "runtime/blas.h"
 #include "runtime/thread_pool.h"

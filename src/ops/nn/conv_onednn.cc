@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 #include "runtime/openmp.h"
 #include "runtime/thread_pool.h"
 

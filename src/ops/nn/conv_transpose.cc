@@ -6,8 +6,8 @@
 //   ConvTransposeGradW(dY, X, shape(W)) Conv's weight gradient with dY as image, X as columns
 //   ConvGradB(dY)                       shared with Conv
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/nn/conv_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -95,9 +95,11 @@ void conv_transpose_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "ConvTranspose", kernel_factory<ConvTransposeKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvTransposeGradX", kernel_factory<ConvTransposeGradXKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvTransposeGradW", kernel_factory<ConvTransposeGradWKernel>());
+ONNXTRAIN_KERNEL("", "ConvTranspose", kernel_factory<ConvTransposeKernel>(), Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvTransposeGradX", kernel_factory<ConvTransposeGradXKernel>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ConvTransposeGradW", kernel_factory<ConvTransposeGradWKernel>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_GRADIENT("", "ConvTranspose", conv_transpose_gradient);
 
 }  // namespace onnxtrain

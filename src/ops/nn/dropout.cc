@@ -9,9 +9,9 @@
 
 #include "autodiff/grad_builder.h"
 #include "core/half.h"
+#include "opdef/op_registry.h"
 #include "ops/common/counter_rng.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -197,8 +197,9 @@ void dropout_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Dropout", kernel_factory<DropoutKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "DropoutGrad", kernel_factory(&dropout_grad));
+ONNXTRAIN_KERNEL("", "Dropout", kernel_factory<DropoutKernel>(), Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_RANDOM_DRAW("", "Dropout");
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "DropoutGrad", kernel_factory(&dropout_grad), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Dropout", dropout_gradient);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Dropout", kBothHalfFloats);
 ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "DropoutGrad", kBothHalfFloats);

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <limits>
 
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -287,8 +287,9 @@ void grid_sample_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "GridSample", kernel_factory<GridSampleKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GridSampleGrad", kernel_factory<GridSampleGradKernel>());
+ONNXTRAIN_KERNEL("", "GridSample", kernel_factory<GridSampleKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GridSampleGrad", kernel_factory<GridSampleGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "GridSample", grid_sample_gradient);
 // ONNX calls the grid non-differentiable; torch.nn.functional.grid_sample differentiates it.
 ONNXTRAIN_DIFFERENTIABLE_INPUT("", "GridSample", 1);

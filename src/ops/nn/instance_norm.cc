@@ -1,8 +1,8 @@
 // InstanceNormalization and ai.onnxtrain::InstanceNormGrad, the fused backward its gradient rule
 // uses. Every (n, c) plane of X is normalized over its spatial values; scale and B are per channel.
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/nn/norm_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -133,8 +133,10 @@ void instance_norm_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "InstanceNormalization", kernel_factory<InstanceNormKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "InstanceNormGrad", kernel_factory<InstanceNormGradKernel>());
+ONNXTRAIN_KERNEL("", "InstanceNormalization", kernel_factory<InstanceNormKernel>(),
+                 Recompute::Cheap, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "InstanceNormGrad", kernel_factory<InstanceNormGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "InstanceNormalization", instance_norm_gradient);
 
 }  // namespace onnxtrain

@@ -3,8 +3,8 @@
 // with the window i in [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)] clipped to [0, C).
 #include <cmath>
 
+#include "opdef/op_registry.h"
 #include "ops/nn/norm_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -65,6 +65,6 @@ class LrnKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "LRN", kernel_factory<LrnKernel>());
+ONNXTRAIN_KERNEL("", "LRN", kernel_factory<LrnKernel>(), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

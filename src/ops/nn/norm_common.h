@@ -6,6 +6,7 @@
 // (Half, BHalf) that is widened to float32 as it is read and rounded once as it is written, so a
 // 16-bit tensor moves 2 bytes per element instead of a widened copy's 4 written and read again.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -362,10 +363,31 @@ class ScratchCarver {
     OT_CHECK(used_ <= total_, "internal: scratch overrun");
     return p;
   }
+  // N arrays of `count` Ts, one after the other.
+  template <typename T, size_t N>
+  std::array<T*, N> take_each(int64_t count) {
+    std::array<T*, N> arrays;
+    for (T*& p : arrays) p = take<T>(count);
+    return arrays;
+  }
 
  private:
   uint8_t* base_;
   size_t total_, used_ = 0;
 };
+
+// The per-channel scratch of the batch norm kernels: D arrays of C doubles (statistics and
+// parameters, kept in double) and K arrays of C values of the compute type T.
+template <typename T, size_t D, size_t K>
+struct ChannelScratch {
+  std::array<double*, D> doubles;
+  std::array<T*, K> values;
+};
+template <typename T, size_t D, size_t K>
+ChannelScratch<T, D, K> channel_scratch(KernelContext& ctx, int64_t C) {
+  const size_t bytes = D * ScratchCarver::bytes_for<double>(C) + K * ScratchCarver::bytes_for<T>(C);
+  ScratchCarver sc(ctx.scratch(bytes), bytes);
+  return {sc.take_each<double, D>(C), sc.take_each<T, K>(C)};
+}
 
 }  // namespace onnxtrain::norm

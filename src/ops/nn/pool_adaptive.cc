@@ -4,7 +4,7 @@
 // ceil((i+1)*I/O)), PyTorch's windows. The gradient spreads dY over the same windows.
 #include "autodiff/grad_builder.h"
 #include "onnx/custom_schema.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -163,8 +163,10 @@ onnx::OpSchema adaptive_average_pool_schema() {
 }  // namespace
 
 ONNXTRAIN_SCHEMA(adaptive_average_pool_schema());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "AdaptiveAveragePool", kernel_factory<AdaptiveAveragePoolKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "AdaptiveAveragePoolGrad", kernel_factory<AdaptiveAveragePoolGradKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "AdaptiveAveragePool", kernel_factory<AdaptiveAveragePoolKernel>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "AdaptiveAveragePoolGrad", kernel_factory<AdaptiveAveragePoolGradKernel>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "AdaptiveAveragePool", adaptive_average_pool_gradient);
 
 }  // namespace onnxtrain

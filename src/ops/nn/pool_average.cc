@@ -6,8 +6,8 @@
 // taps inside X plus its explicit pads; taps that ceil_mode pushes past the end padding never
 // count.
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/nn/conv_common.h"
-#include "ops/registry.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -163,10 +163,13 @@ void global_average_pool_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "AveragePool", kernel_factory<AveragePoolKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "AveragePoolGrad", kernel_factory<AveragePoolGradKernel>());
-ONNXTRAIN_KERNEL("", "GlobalAveragePool", kernel_factory(&global_average_pool));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GlobalAveragePoolGrad", kernel_factory(&global_average_pool_grad));
+ONNXTRAIN_KERNEL("", "AveragePool", kernel_factory<AveragePoolKernel>(), Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "AveragePoolGrad", kernel_factory<AveragePoolGradKernel>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL("", "GlobalAveragePool", kernel_factory(&global_average_pool),
+                 Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GlobalAveragePoolGrad", kernel_factory(&global_average_pool_grad),
+                 Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_GRADIENT("", "AveragePool", average_pool_gradient);
 ONNXTRAIN_GRADIENT("", "GlobalAveragePool", global_average_pool_gradient);
 

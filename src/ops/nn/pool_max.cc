@@ -11,9 +11,9 @@
 #include <type_traits>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/nn/conv_common.h"
 #include "ops/nn/pool_max_2x2_simd.h"
-#include "ops/registry.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -285,11 +285,20 @@ void global_max_pool_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "MaxPool", kernel_factory<MaxPoolKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MaxPoolGrad", kernel_factory<MaxPoolGradKernel>());
-ONNXTRAIN_KERNEL("", "GlobalMaxPool", kernel_factory(&global_max_pool));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GlobalMaxPoolGrad", kernel_factory(&global_max_pool_grad));
+ONNXTRAIN_KERNEL("", "MaxPool", kernel_factory<MaxPoolKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MaxPoolGrad", kernel_factory<MaxPoolGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "GlobalMaxPool", kernel_factory(&global_max_pool), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GlobalMaxPoolGrad", kernel_factory(&global_max_pool_grad),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "MaxPool", max_pool_gradient);
 ONNXTRAIN_GRADIENT("", "GlobalMaxPool", global_max_pool_gradient);
+
+// The indices are chosen by comparing values; storage_order 1 lays the flat indices out
+// column-major, and the audit judges those exactly instead.
+static AuditedOutput max_pool_audited_output(const Node& node, size_t index) {
+  return index == 1 && node.attr_int("storage_order", 0) == 0 ? AuditedOutput::SelectedIndex : AuditedOutput::Value;
+}
+ONNXTRAIN_AUDITED_OUTPUTS("", "MaxPool", max_pool_audited_output);
 
 }  // namespace onnxtrain

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "autodiff/grad_builder.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "ops/tensor/indexing.h"
 
 namespace onnxtrain {
@@ -131,8 +131,9 @@ void max_unpool_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "MaxUnpool", kernel_factory<MaxUnpoolKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MaxUnpoolGrad", kernel_factory<MaxUnpoolGradKernel>());
+ONNXTRAIN_KERNEL("", "MaxUnpool", kernel_factory<MaxUnpoolKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "MaxUnpoolGrad", kernel_factory<MaxUnpoolGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "MaxUnpool", max_unpool_gradient);
 
 }  // namespace onnxtrain

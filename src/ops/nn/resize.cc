@@ -1,8 +1,8 @@
 // Resize (opsets 10, 11, 13), the deprecated Upsample (opsets 7, 9), and ai.onnxtrain::ResizeGrad,
 // which the gradient rule of Resize uses. The resampling itself is in resize_common.cc.
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/nn/resize_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace resize {
@@ -150,11 +150,12 @@ void resize_gradient(GradBuilder& g) {
 
 ONNXTRAIN_KERNEL("", "Resize", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
   return std::make_unique<ResizeKernel>(info, false);
-});
+}, Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_KERNEL("", "Upsample", [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
   return std::make_unique<ResizeKernel>(info, true);
-});
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ResizeGrad", kernel_factory<ResizeGradKernel>());
+}, Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ResizeGrad", kernel_factory<ResizeGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Resize", resize_gradient);
 
 }  // namespace onnxtrain

@@ -6,7 +6,7 @@
 
 #include "autodiff/grad_builder.h"
 #include "onnx/custom_schema.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -269,9 +269,11 @@ void install_python_op_bridge(std::shared_ptr<PythonOpBridge> bridge) {
 
 ONNXTRAIN_SCHEMA(python_op_schema());
 ONNXTRAIN_SCHEMA(python_op_grad_schema());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PythonOp", kernel_factory<PythonOpKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PythonOp", kernel_factory<PythonOpKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_RUNS_USER_CODE(kOnnxTrainDomain, "PythonOp");
 ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "PythonOp", kBothHalfFloats);
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PythonOpGrad", kernel_factory<PythonOpGradKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PythonOpGrad", kernel_factory<PythonOpGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "PythonOpGrad", kBothHalfFloats);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "PythonOp", python_op_gradient);
 ONNXTRAIN_OUTPUT_DIFFERENTIABILITY(kOnnxTrainDomain, "PythonOp", python_op_output_differentiable);

@@ -4,11 +4,11 @@
 //     y = saturate(round(sum * a_scale * b_scale / y_scale) + y_zero_point)
 // A's zero point and scale may be per row (MatMul) and W's per output channel (Conv); B's per
 // column. Sums accumulate in int64 and wrap to int32 as the spec's int32 accumulator would.
+#include "opdef/op_registry.h"
 #include "ops/common/broadcast.h"
 #include "ops/math/matmul.h"
 #include "ops/nn/conv_common.h"
 #include "ops/quantization/quantize_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -263,9 +263,9 @@ class QLinearConvKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "MatMulInteger", kernel_factory(&matmul_integer));
-ONNXTRAIN_KERNEL("", "QLinearMatMul", kernel_factory(&qlinear_matmul));
-ONNXTRAIN_KERNEL("", "ConvInteger", kernel_factory<ConvIntegerKernel>());
-ONNXTRAIN_KERNEL("", "QLinearConv", kernel_factory<QLinearConvKernel>());
+ONNXTRAIN_KERNEL("", "MatMulInteger", kernel_factory(&matmul_integer), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "QLinearMatMul", kernel_factory(&qlinear_matmul), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "ConvInteger", kernel_factory<ConvIntegerKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "QLinearConv", kernel_factory<QLinearConvKernel>(), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

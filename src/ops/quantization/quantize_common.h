@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 
 namespace onnxtrain {
 

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "opdef/op_registry.h"
 #include "ops/quantization/quantize_common.h"
-#include "ops/registry.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -129,9 +129,11 @@ void dynamic_quantize_linear(KernelContext& ctx) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "QuantizeLinear", kernel_factory<QuantizeLinearKernel>());
-ONNXTRAIN_KERNEL("", "DequantizeLinear", kernel_factory<DequantizeLinearKernel>());
-ONNXTRAIN_KERNEL("", "DynamicQuantizeLinear", kernel_factory(&dynamic_quantize_linear));
+ONNXTRAIN_KERNEL("", "QuantizeLinear", kernel_factory<QuantizeLinearKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "DequantizeLinear", kernel_factory<DequantizeLinearKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "DynamicQuantizeLinear", kernel_factory(&dynamic_quantize_linear),
+                 Recompute::Costly, Rounding::PerValue);
 #define OT_QUANTIZATION_REFUSAL                                                                        \
   "its integer output stands for a float that a gradient needs, and onnxtrain has no gradient through " \
   "quantization (fake quantization / quantization-aware training is not supported)"

@@ -4,9 +4,9 @@
 // PyTorch differentiates bernoulli as constant zero, so its gradient is zeros.
 #include <cmath>
 
+#include "opdef/op_registry.h"
 #include "ops/common/counter_rng.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -56,7 +56,8 @@ class BernoulliKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Bernoulli", kernel_factory<BernoulliKernel>());
+ONNXTRAIN_KERNEL("", "Bernoulli", kernel_factory<BernoulliKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_RANDOM_DRAW("", "Bernoulli");
 ONNXTRAIN_ZERO_GRADIENT("", "Bernoulli");
 
 }  // namespace onnxtrain

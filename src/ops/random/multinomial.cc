@@ -7,9 +7,9 @@
 #include <cmath>
 #include <vector>
 
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
 #include "ops/random/random_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -81,7 +81,8 @@ class MultinomialKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Multinomial", kernel_factory<MultinomialKernel>());
+ONNXTRAIN_KERNEL("", "Multinomial", kernel_factory<MultinomialKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_RANDOM_DRAW("", "Multinomial");
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Multinomial", kBothHalfFloats);
 
 }  // namespace onnxtrain

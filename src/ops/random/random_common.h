@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "opdef/kernel.h"
 #include "ops/common/counter_rng.h"
-#include "ops/kernel.h"
 
 namespace onnxtrain::rng {
 

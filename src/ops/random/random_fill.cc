@@ -5,9 +5,9 @@
 // constants to autodiff, and a gradient reaches x in x + noise through the Add alone.
 #include <algorithm>
 
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
 #include "ops/random/random_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -75,13 +75,21 @@ KernelFactory random_fill() {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "RandomUniform", (random_fill<Distribution::Uniform, false>()));
+ONNXTRAIN_KERNEL("", "RandomUniform", (random_fill<Distribution::Uniform, false>()),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_RANDOM_DRAW("", "RandomUniform");
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "RandomUniform", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "RandomNormal", (random_fill<Distribution::Normal, false>()));
+ONNXTRAIN_KERNEL("", "RandomNormal", (random_fill<Distribution::Normal, false>()),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_RANDOM_DRAW("", "RandomNormal");
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "RandomNormal", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "RandomUniformLike", (random_fill<Distribution::Uniform, true>()));
+ONNXTRAIN_KERNEL("", "RandomUniformLike", (random_fill<Distribution::Uniform, true>()),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_RANDOM_DRAW("", "RandomUniformLike");
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "RandomUniformLike", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "RandomNormalLike", (random_fill<Distribution::Normal, true>()));
+ONNXTRAIN_KERNEL("", "RandomNormalLike", (random_fill<Distribution::Normal, true>()),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_RANDOM_DRAW("", "RandomNormalLike");
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "RandomNormalLike", kBothHalfFloats);
 ONNXTRAIN_NOT_DIFFERENTIABLE("", "RandomUniformLike");
 ONNXTRAIN_NOT_DIFFERENTIABLE("", "RandomNormalLike");

@@ -1,8 +1,8 @@
 // ArgMax and ArgMin: int64 indices of the first (or, with select_last_index, the last) extremum
 // along an axis. Forward only: the outputs are integers.
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
 #include "ops/common/reduce.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -67,7 +67,11 @@ class ArgExtremumKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "ArgMax", kernel_factory<ArgExtremumKernel<true>>());
-ONNXTRAIN_KERNEL("", "ArgMin", kernel_factory<ArgExtremumKernel<false>>());
+ONNXTRAIN_KERNEL("", "ArgMax", kernel_factory<ArgExtremumKernel<true>>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "ArgMin", kernel_factory<ArgExtremumKernel<false>>(), Recompute::Costly, Rounding::PerValue);
+
+static AuditedOutput arg_extremum_audited_output(const Node&, size_t) { return AuditedOutput::SelectedIndex; }
+ONNXTRAIN_AUDITED_OUTPUTS("", "ArgMax", arg_extremum_audited_output);
+ONNXTRAIN_AUDITED_OUTPUTS("", "ArgMin", arg_extremum_audited_output);
 
 }  // namespace onnxtrain

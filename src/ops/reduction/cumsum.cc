@@ -1,9 +1,9 @@
 // CumSum along an axis given as input 1 (inclusive or exclusive, forward or reverse), and its
 // gradient: the cumulative sum of dY in the opposite direction, with the same exclusivity.
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
 #include "ops/common/reduce.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -75,7 +75,7 @@ void cumsum_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "CumSum", kernel_factory<CumSumKernel>());
+ONNXTRAIN_KERNEL("", "CumSum", kernel_factory<CumSumKernel>(), Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_GRADIENT("", "CumSum", cumsum_gradient);
 
 }  // namespace onnxtrain

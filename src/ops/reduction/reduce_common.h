@@ -9,9 +9,9 @@
 
 #include "core/dtype.h"
 #include "core/half.h"
+#include "opdef/kernel.h"
 #include "ops/common/broadcast.h"
 #include "ops/common/reduce.h"
-#include "ops/kernel.h"
 #include "runtime/half_convert.h"
 
 namespace onnxtrain {

@@ -4,9 +4,9 @@
 #include <limits>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
 #include "ops/reduction/reduce_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -99,10 +99,13 @@ void reduce_log_sum_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "ReduceLogSum", kernel_factory<ReduceKernel<ReduceLogSumImpl>>());
-ONNXTRAIN_KERNEL("", "ReduceLogSumExp", kernel_factory<ReduceLogSumExpKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceLogSumExpGrad", kernel_factory(&reduce_log_sum_exp_grad));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceLogSumGrad", kernel_factory(&reduce_log_sum_grad));
+ONNXTRAIN_KERNEL("", "ReduceLogSum", kernel_factory<ReduceKernel<ReduceLogSumImpl>>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "ReduceLogSumExp", kernel_factory<ReduceLogSumExpKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceLogSumExpGrad", kernel_factory(&reduce_log_sum_exp_grad),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceLogSumGrad", kernel_factory(&reduce_log_sum_grad),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "ReduceLogSum", reduce_log_sum_gradient);
 ONNXTRAIN_GRADIENT("", "ReduceLogSumExp", reduce_log_sum_exp_gradient);
 

@@ -3,8 +3,8 @@
 #include <limits>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/reduction/reduce_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -94,10 +94,11 @@ void reduce_extremum_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "ReduceMax", kernel_factory<ReduceKernel<ReduceMaxImpl>>());
-ONNXTRAIN_KERNEL("", "ReduceMin", kernel_factory<ReduceKernel<ReduceMinImpl>>());
+ONNXTRAIN_KERNEL("", "ReduceMax", kernel_factory<ReduceKernel<ReduceMaxImpl>>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "ReduceMin", kernel_factory<ReduceKernel<ReduceMinImpl>>(), Recompute::Costly, Rounding::PerValue);
 // Max and min share it: only "equal to the reduced value" matters.
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceMaxGrad", kernel_factory(&reduce_extremum_grad));
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceMaxGrad", kernel_factory(&reduce_extremum_grad),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "ReduceMax", reduce_extremum_gradient);
 ONNXTRAIN_GRADIENT("", "ReduceMin", reduce_extremum_gradient);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "ReduceMax", kBothHalfFloats);

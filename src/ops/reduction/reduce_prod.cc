@@ -2,8 +2,8 @@
 #include <vector>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/reduction/reduce_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -108,8 +108,10 @@ void reduce_prod_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "ReduceProd", kernel_factory<ReduceKernel<ReduceProdImpl>>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceProdGrad", kernel_factory(&reduce_prod_grad));
+ONNXTRAIN_KERNEL("", "ReduceProd", kernel_factory<ReduceKernel<ReduceProdImpl>>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceProdGrad", kernel_factory(&reduce_prod_grad),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "ReduceProd", reduce_prod_gradient);
 
 }  // namespace onnxtrain

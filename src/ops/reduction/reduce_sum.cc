@@ -4,8 +4,8 @@
 #include <limits>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/reduction/reduce_common.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -151,13 +151,18 @@ void reduce_l2_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "ReduceSum", kernel_factory<ReduceKernel<ReduceSumImpl>>());
-ONNXTRAIN_KERNEL("", "ReduceMean", kernel_factory<ReduceKernel<ReduceMeanImpl>>());
-ONNXTRAIN_KERNEL("", "ReduceSumSquare", kernel_factory<ReduceKernel<ReduceSumSquareImpl>>());
-ONNXTRAIN_KERNEL("", "ReduceL1", kernel_factory<ReduceKernel<ReduceL1Impl>>());
-ONNXTRAIN_KERNEL("", "ReduceL2", kernel_factory<ReduceKernel<ReduceL2Impl>>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceL1Grad", kernel_factory(&reduce_l1_grad));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceL2Grad", kernel_factory(&reduce_l2_grad));
+ONNXTRAIN_KERNEL("", "ReduceSum", kernel_factory<ReduceKernel<ReduceSumImpl>>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL("", "ReduceMean", kernel_factory<ReduceKernel<ReduceMeanImpl>>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL("", "ReduceSumSquare", kernel_factory<ReduceKernel<ReduceSumSquareImpl>>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL("", "ReduceL1", kernel_factory<ReduceKernel<ReduceL1Impl>>(), Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL("", "ReduceL2", kernel_factory<ReduceKernel<ReduceL2Impl>>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceL1Grad", kernel_factory(&reduce_l1_grad),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceL2Grad", kernel_factory(&reduce_l2_grad),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "ReduceSum", reduce_sum_gradient);
 ONNXTRAIN_GRADIENT("", "ReduceMean", reduce_mean_gradient);
 ONNXTRAIN_GRADIENT("", "ReduceSumSquare", reduce_sum_square_gradient);

@@ -3,9 +3,9 @@
 // float16 X are summed in float32 as they are read and rounded once, as autocast's eager sums are,
 // or written as float32 sums where the node says to = FLOAT (passes/float32_sums.cc).
 #include "core/dtype.h"
+#include "opdef/op_registry.h"
 #include "ops/common/float32_sums.h"
 #include "ops/common/reduce.h"
-#include "ops/registry.h"
 #include "runtime/half_convert.h"
 
 namespace onnxtrain {
@@ -54,7 +54,8 @@ class ReduceSumToKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceSumTo", kernel_factory<ReduceSumToKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "ReduceSumTo", kernel_factory<ReduceSumToKernel>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_FLOAT32_SUMS(kOnnxTrainDomain, "ReduceSumTo");
 // Reads 16-bit values itself: the executor's widening would copy the whole gradient to float32
 // first, where the sum only needs each value once.

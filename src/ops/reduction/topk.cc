@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/reduce.h"
-#include "ops/registry.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -142,8 +142,14 @@ void topk_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "TopK", kernel_factory<TopKKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "TopKGrad", kernel_factory<TopKGradKernel>());
+ONNXTRAIN_KERNEL("", "TopK", kernel_factory<TopKKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "TopKGrad", kernel_factory<TopKGradKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "TopK", topk_gradient);
+
+// The indices are chosen by comparing values: the audit judges them by the values they select.
+static AuditedOutput topk_audited_output(const Node&, size_t index) {
+  return index == 1 ? AuditedOutput::SelectedIndex : AuditedOutput::Value;
+}
+ONNXTRAIN_AUDITED_OUTPUTS("", "TopK", topk_audited_output);
 
 }  // namespace onnxtrain

@@ -12,7 +12,7 @@
 // without Y it reruns the forward); outputs dX, dW, dR, dB, dinitial_h. Given every state
 // (Y), nothing of the recomputation is sequential: all pre-activations come from big GEMMs.
 #include "autodiff/grad_builder.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "ops/rnn/rnn_common.h"
 
 namespace onnxtrain {
@@ -41,12 +41,15 @@ void gru_biases(const Args<T>& a, int d, T* bias, T* rbh) {
 
 template <typename T>
 struct ForwardScratch {
-  T *gx, *gh, *h, *u, *bias, *rbh;
+  T *gx = nullptr, *gh = nullptr, *h = nullptr, *u = nullptr, *bias = nullptr, *rbh = nullptr;
   void carve(Carver& cv, const Dims& d) {
     gx = cv.take<T>(d.rows() * 3 * d.H);
     gh = cv.take<T>(d.B * 3 * d.H);
     h = cv.take<T>(d.B * d.H);
     u = cv.take<T>(d.B * d.H);
+    carve_biases(cv, d);
+  }
+  void carve_biases(Carver& cv, const Dims& d) {
     bias = cv.take<T>(3 * d.H);
     rbh = cv.take<T>(d.H);
   }
@@ -129,13 +132,14 @@ void gru_forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y,
   }
 }
 
-class GruKernel final : public RecurrentKernel<GruKernel> {
- public:
-  explicit GruKernel(const KernelInfo& info) : RecurrentKernel(info, 3, kGruDefaults) {}
-
+struct GruCell {
+  static constexpr int kGates = 3;
+  static const std::vector<Activation>& defaults() { return kGruDefaults; }
   template <typename T>
-  void run(KernelContext& ctx) const {
-    run_forward<T, ForwardScratch<T>>(ctx, spec_, [](auto&&... args) { gru_forward(args...); });
+  using Scratch = ForwardScratch<T>;
+  template <typename T>
+  static void forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh) {
+    gru_forward(pool, a, s, y, yh);
   }
 };
 
@@ -144,7 +148,7 @@ constexpr int kY = 6;
 
 class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
  public:
-  explicit GruGradKernel(const KernelInfo& info) : RecurrentKernel(info, 3, kGruDefaults) {}
+  explicit GruGradKernel(const KernelInfo& info) : RecurrentKernel(info, GruCell::kGates, kGruDefaults) {}
 
   template <typename T>
   void run(KernelContext& ctx) const {
@@ -155,17 +159,10 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
     const OutputGradients<T> og = output_gradients<T>(ctx, spec_, D, kY);
 
     ForwardScratch<T> fs;
-    T *y_own = nullptr, *hp, *act, *gr, *sl, *aux, *dhr, *dgs, *du, *dh, *zeros;
+    T *y_own, *hp, *act, *gr, *sl, *aux, *dhr, *dgs, *du, *dh, *zeros;
     uint8_t* mask;
     carve_scratch(ctx, [&](Carver& cv) {
-      if (!og.y) {
-        fs.carve(cv, D);
-        y_own = cv.take<T>(D.T * D.D * B * H);
-      } else {
-        fs.gx = fs.gh = fs.h = fs.u = nullptr;
-        fs.bias = cv.take<T>(G);
-        fs.rbh = cv.take<T>(H);
-      }
+      y_own = carve_forward_scratch<T>(cv, D, og.y != nullptr, fs);
       hp = cv.take<T>(rows * H);
       act = cv.take<T>(rows * G);
       gr = cv.take<T>(rows * G);
@@ -237,39 +234,31 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
           const int64_t len = a.lens[static_cast<size_t>(b)];
           return step < len ? D.x_row(time_at(rev, step, len), b) : int64_t(-1);
         };
-        pool.parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
-          for (int64_t b = b0; b < b1; ++b) {
-            const int64_t row = row_of(b);
-            T* dg = dgs + b * G;
-            if (row < 0) {
-              std::fill_n(dg, G, T(0));
-              continue;
-            }
-            const T* g = act + row * G;
-            const T *z = g, *r = g + H, *n = g + 2 * H;
-            T* s = sl + row * G;
-            const T *sz = s, *sr = s + H, *sn = s + 2 * H;
-            const T* h = hp + row * H;
-            const T* dyr = og.dy ? og.dy + D.y_offset(time_at(rev, step, a.lens[static_cast<size_t>(b)]), d, b) : zeros;
-            T* dhb = dh + b * H;
-            const T* q = aux + row * H;
-            for (int64_t j = 0; j < H; ++j) {
-              const T dhj = dhb[j] + dyr[j];
-              const T dz = dhj * (h[j] - n[j]) * sz[j];
-              const T dn = dhj * (T(1) - z[j]) * sn[j];
-              dg[j] = dz;
-              dg[2 * H + j] = dn;
-              dhb[j] = dhj * z[j];  // the direct path; the products with R are added below
-              if (lbr) {
-                dg[H + j] = dn * q[j] * sr[j];
-              }
-            }
+        backward_rows(pool, D, a.lens, rev, step, G, dgs, [&](int64_t b, int64_t t, int64_t row, T* dg) {
+          const T* g = act + row * G;
+          const T *z = g, *r = g + H, *n = g + 2 * H;
+          T* s = sl + row * G;
+          const T *sz = s, *sr = s + H, *sn = s + 2 * H;
+          const T* h = hp + row * H;
+          const T* dyr = og.dy ? og.dy + D.y_offset(t, d, b) : zeros;
+          T* dhb = dh + b * H;
+          const T* q = aux + row * H;
+          for (int64_t j = 0; j < H; ++j) {
+            const T dhj = dhb[j] + dyr[j];
+            const T dz = dhj * (h[j] - n[j]) * sz[j];
+            const T dn = dhj * (T(1) - z[j]) * sn[j];
+            dg[j] = dz;
+            dg[2 * H + j] = dn;
+            dhb[j] = dhj * z[j];  // the direct path; the products with R are added below
             if (lbr) {
-              std::copy_n(dg, G, s);
-              T* dnr = dhr + row * H;
-              for (int64_t j = 0; j < H; ++j) dnr[j] = dg[2 * H + j] * r[j];
-              std::copy_n(dnr, H, dg + 2 * H);  // R's view of the candidate's gradient
+              dg[H + j] = dn * q[j] * sr[j];
             }
+          }
+          if (lbr) {
+            std::copy_n(dg, G, s);
+            T* dnr = dhr + row * H;
+            for (int64_t j = 0; j < H; ++j) dnr[j] = dg[2 * H + j] * r[j];
+            std::copy_n(dnr, H, dg + 2 * H);  // R's view of the candidate's gradient
           }
         });
         if (lbr) {
@@ -305,8 +294,7 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
       const T* dn_r = lbr ? dhr : dG + 2 * H;
       const int64_t ld_dn_r = lbr ? H : G;
       const T* rh_input = lbr ? hp : aux;
-      if (ig.dx) matmul<T>(pool, false, false, rows, I, G, dG, G, W, I, d == 0 ? T(0) : T(1), ig.dx, I);
-      if (ig.dw) matmul<T>(pool, true, false, G, I, rows, dG, G, a.x, I, T(0), ig.dw + d * G * I, I);
+      input_weight_gradients(pool, a, d, G, dG, W, ig);
       if (ig.dr) {
         matmul<T>(pool, true, false, 2 * H, H, rows, dG, G, hp, H, T(0), ig.dr + d * G * H, H);
         matmul<T>(pool, true, false, H, H, rows, dn_r, ld_dn_r, rh_input, H, T(0), ig.dr + d * G * H + 2 * H * H, H);
@@ -327,8 +315,8 @@ void gru_gradient(GradBuilder& g) { emit_rnn_gradient(g, "GRUGrad", 6, 2); }
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "GRU", kernel_factory<GruKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GRUGrad", kernel_factory<GruGradKernel>());
+ONNXTRAIN_KERNEL("", "GRU", kernel_factory<ForwardKernel<GruCell>>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GRUGrad", kernel_factory<GruGradKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "GRU", gru_gradient);
 // ONNX marks the initial states non-differentiable; PyTorch differentiates h0 (and c0).
 ONNXTRAIN_DIFFERENTIABLE_INPUT("", "GRU", rnn::kInitialH);

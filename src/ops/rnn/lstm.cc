@@ -13,7 +13,7 @@
 // with two big GEMMs and the cell states with an elementwise sweep, runs the backward sweep
 // through time (one [batch x H] GEMM per step) and forms dX, dW, dR with three big GEMMs.
 #include "autodiff/grad_builder.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "ops/rnn/rnn_common.h"
 
 namespace onnxtrain {
@@ -30,16 +30,16 @@ using LstmArgs = Args<T>;
 
 template <typename T>
 struct ForwardScratch {
-  T *gx, *gh, *h, *c, *bias;
-  uint8_t* mask;
+  T *gx = nullptr, *gh = nullptr, *h = nullptr, *c = nullptr, *bias = nullptr;
+  uint8_t* mask = nullptr;
   void carve(Carver& cv, const Dims& d) {
     gx = cv.take<T>(d.rows() * 4 * d.H);
     gh = cv.take<T>(d.B * 4 * d.H);
     h = cv.take<T>(d.B * d.H);
     c = cv.take<T>(d.B * d.H);
-    bias = cv.take<T>(4 * d.H);
-    mask = nullptr;
+    carve_biases(cv, d);
   }
+  void carve_biases(Carver& cv, const Dims& d) { bias = cv.take<T>(4 * d.H); }
 };
 
 // x W^T + Wb + Rb for every row, into gx [rows, 4H].
@@ -87,7 +87,7 @@ template <typename T>
 void lstm_forward(ThreadPool& pool, const LstmArgs<T>& a, ForwardScratch<T>& s, T* y, T* yh, T* yc,
                   T* gates = nullptr, T* cells = nullptr) {
   const Dims& D = a.dims;
-  const int64_t H = D.H, G = 4 * H, B = D.B;
+  const int64_t H = D.H, G = 4 * H;
   const int64_t steps = a.max_len();
   for (int d = 0; d < D.D; ++d) {
     const bool rev = a.spec->is_reverse(d);
@@ -96,25 +96,15 @@ void lstm_forward(ThreadPool& pool, const LstmArgs<T>& a, ForwardScratch<T>& s, 
     input_projection(pool, a, d, s.gx, s.bias);
     load_states(D, d, a.h0, s.h);
     load_states(D, d, a.c0, s.c);
-    for (int64_t step = 0; step < steps; ++step) {
-      matmul<T>(pool, false, true, B, G, H, s.h, H, R, H, T(0), s.gh, G);
-      pool.parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t len = a.lens[static_cast<size_t>(b)];
-          if (step >= len) continue;
-          const int64_t t = time_at(rev, step, len);
-          T* g = s.gh + b * G;
-          const T* xg = s.gx + D.x_row(t, b) * G;
-          for (int64_t j = 0; j < G; ++j) g[j] += xg[j];
-          T* hb = s.h + b * H;
-          cell_step(*a.spec, d, H, p, g, s.c + b * H, hb, static_cast<uint8_t*>(nullptr));
-          if (y) std::copy(hb, hb + H, y + D.y_offset(t, d, b));
-          const int64_t row = D.x_row(t, b);
-          if (gates) std::copy(g, g + G, gates + (d * D.rows() + row) * G);
-          if (cells) std::copy(s.c + b * H, s.c + b * H + H, cells + (d * D.rows() + row) * H);
-        }
+    for (int64_t step = 0; step < steps; ++step)
+      recurrent_step(pool, D, a.lens, rev, step, G, s.h, R, s.gx, s.gh, [&](int64_t b, int64_t t, T* g) {
+        T* hb = s.h + b * H;
+        cell_step(*a.spec, d, H, p, g, s.c + b * H, hb, static_cast<uint8_t*>(nullptr));
+        if (y) std::copy(hb, hb + H, y + D.y_offset(t, d, b));
+        const int64_t row = D.x_row(t, b);
+        if (gates) std::copy(g, g + G, gates + (d * D.rows() + row) * G);
+        if (cells) std::copy(s.c + b * H, s.c + b * H + H, cells + (d * D.rows() + row) * H);
       });
-    }
     store_states(D, d, s.h, yh);
     store_states(D, d, s.c, yc);
     zero_padding(D, a.lens, d, y);
@@ -161,16 +151,10 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
     const bool stashed = stashed_gates && stashed_cells && og.y;
 
     ForwardScratch<T> fs;
-    T *y_own = nullptr, *hp, *act, *sl, *cs, *tc, *stc, *dgs, *dh, *dc, *dp, *zeros;
+    T *y_own, *hp, *act, *sl, *cs, *tc, *stc, *dgs, *dh, *dc, *dp, *zeros;
     uint8_t* mask;
     carve_scratch(ctx, [&](Carver& cv) {
-      if (!og.y) {
-        fs.carve(cv, D);
-        y_own = cv.take<T>(D.T * D.D * B * H);
-      } else {
-        fs.gx = fs.gh = fs.h = fs.c = nullptr;
-        fs.bias = cv.take<T>(G);
-      }
+      y_own = carve_forward_scratch<T>(cv, D, og.y != nullptr, fs);
       hp = cv.take<T>(rows * H);
       // With the stash, gates and cell states are read where the forward left them.
       act = stashed ? nullptr : cv.take<T>(rows * G);
@@ -244,64 +228,47 @@ class LstmGradKernel final : public RecurrentKernel<LstmGradKernel> {
       load_states(D, d, dyc, dc);
       std::fill_n(dp, B * 3 * H, T(0));
       for (int64_t step = steps - 1; step >= 0; --step) {
-        pool.parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
-          for (int64_t b = b0; b < b1; ++b) {
-            const int64_t len = a.lens[static_cast<size_t>(b)];
-            T* dg = dgs + b * G;
-            if (step >= len) {
-              std::fill_n(dg, G, T(0));
-              continue;
-            }
-            const int64_t t = time_at(rev, step, len);
-            const int64_t row = D.x_row(t, b);
-            const T* gate = gates + row * G;
-            const T *gi = gate, *go = gate + H, *gf = gate + 2 * H, *gc = gate + 3 * H;
-            T* s = sl + row * G;
-            const T *si = s, *so = s + H, *sf = s + 2 * H, *sc = s + 3 * H;
-            const T* c = cells + row * H;
-            const T* hc = tc + row * H;
-            const T* shc = stc + row * H;
-            const T* cprev = step == 0 ? (c0 ? c0 + D.state_offset(d, b) : zeros)
-                                       : cells + D.x_row(time_at(rev, step - 1, len), b) * H;
-            const T* dyr = og.dy ? og.dy + D.y_offset(t, d, b) : zeros;
-            T* dhb = dh + b * H;
-            T* dcb = dc + b * H;
-            T* dpb = dp + b * 3 * H;
-            const T *pi = P, *po = P + H, *pf = P + 2 * H;
-            for (int64_t j = 0; j < H; ++j) {
-              const T dhj = dhb[j] + dyr[j];
-              const T dO = dhj * hc[j] * so[j];
-              const T dcj = dcb[j] + dhj * go[j] * shc[j] + dO * po[j];
-              const T dI = dcj * gc[j] * si[j];
-              const T dF = dcj * cprev[j] * sf[j];
-              const T dC = dcj * gi[j] * sc[j];
-              dcb[j] = dcj * gf[j] + dI * pi[j] + dF * pf[j];
-              dg[j] = dI;
-              dg[H + j] = dO;
-              dg[2 * H + j] = dF;
-              dg[3 * H + j] = dC;
-              dpb[j] += dI * cprev[j];
-              dpb[H + j] += dO * c[j];
-              dpb[2 * H + j] += dF * cprev[j];
-              dhb[j] = T(0);  // replaced by dG R below
-            }
-            std::copy(dg, dg + G, s);
+        backward_rows(pool, D, a.lens, rev, step, G, dgs, [&](int64_t b, int64_t t, int64_t row, T* dg) {
+          const T* gate = gates + row * G;
+          const T *gi = gate, *go = gate + H, *gf = gate + 2 * H, *gc = gate + 3 * H;
+          T* s = sl + row * G;
+          const T *si = s, *so = s + H, *sf = s + 2 * H, *sc = s + 3 * H;
+          const T* c = cells + row * H;
+          const T* hc = tc + row * H;
+          const T* shc = stc + row * H;
+          const T* cprev = step == 0 ? (c0 ? c0 + D.state_offset(d, b) : zeros)
+                                     : cells + D.x_row(time_at(rev, step - 1, a.lens[static_cast<size_t>(b)]), b) * H;
+          const T* dyr = og.dy ? og.dy + D.y_offset(t, d, b) : zeros;
+          T* dhb = dh + b * H;
+          T* dcb = dc + b * H;
+          T* dpb = dp + b * 3 * H;
+          const T *pi = P, *po = P + H, *pf = P + 2 * H;
+          for (int64_t j = 0; j < H; ++j) {
+            const T dhj = dhb[j] + dyr[j];
+            const T dO = dhj * hc[j] * so[j];
+            const T dcj = dcb[j] + dhj * go[j] * shc[j] + dO * po[j];
+            const T dI = dcj * gc[j] * si[j];
+            const T dF = dcj * cprev[j] * sf[j];
+            const T dC = dcj * gi[j] * sc[j];
+            dcb[j] = dcj * gf[j] + dI * pi[j] + dF * pf[j];
+            dg[j] = dI;
+            dg[H + j] = dO;
+            dg[2 * H + j] = dF;
+            dg[3 * H + j] = dC;
+            dpb[j] += dI * cprev[j];
+            dpb[H + j] += dO * c[j];
+            dpb[2 * H + j] += dF * cprev[j];
+            dhb[j] = T(0);  // replaced by dG R below
           }
+          std::copy(dg, dg + G, s);
         });
         // Rows past their length have zero dG and keep their carried dh.
         matmul<T>(pool, false, false, B, H, G, dgs, G, R, H, T(1), dh, H);
       }
 
       const T* dG = sl;
-      if (ig.dx) matmul<T>(pool, false, false, rows, I, G, dG, G, W, I, d == 0 ? T(0) : T(1), ig.dx, I);
-      if (ig.dw) matmul<T>(pool, true, false, G, I, rows, dG, G, a.x, I, T(0), ig.dw + d * G * I, I);
-      if (ig.dr) matmul<T>(pool, true, false, G, H, rows, dG, G, hp, H, T(0), ig.dr + d * G * H, H);
-      if (ig.db) {
-        T* dbd = ig.db + d * 2 * G;
-        std::fill_n(dbd, G, T(0));
-        column_sums(dG, rows, G, G, dbd);
-        std::copy(dbd, dbd + G, dbd + G);
-      }
+      input_weight_gradients(pool, a, d, G, dG, W, ig);
+      recurrent_weight_gradients(pool, D, d, G, dG, hp, ig);
       if (dpo) {
         T* dpd = dpo + d * 3 * H;
         std::fill_n(dpd, 3 * H, T(0));
@@ -325,10 +292,10 @@ void lstm_training_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "LSTM", kernel_factory<LstmKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LSTMGrad", kernel_factory<LstmGradKernel>());
+ONNXTRAIN_KERNEL("", "LSTM", kernel_factory<LstmKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LSTMGrad", kernel_factory<LstmGradKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "LSTM", lstm_gradient);
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LSTMTraining", kernel_factory<LstmKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LSTMTraining", kernel_factory<LstmKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "LSTMTraining", lstm_training_gradient);
 // ONNX marks the initial states non-differentiable; PyTorch differentiates h0 (and c0).
 ONNXTRAIN_DIFFERENTIABLE_INPUT("", "LSTM", rnn::kInitialH);

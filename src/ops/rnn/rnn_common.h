@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 #include "ops/math/fast_math.h"
 #include "runtime/blas.h"
 #include "runtime/thread_pool.h"
@@ -279,16 +279,104 @@ InputGradients<T> input_gradients(KernelContext& ctx, const Dims& D, int64_t G) 
   return g;
 }
 
-// The run of the GRU and RNN kernels: outputs Y and Y_h, the op's forward scratch, its forward
-// (forward(pool, args, scratch, y, yh)).
-template <typename T, typename Scratch, typename Forward>
-void run_forward(KernelContext& ctx, const Spec& spec, Forward&& forward) {
-  Args<T> a = make_args<T>(ctx, spec, false);
-  T* y = needed_output<T>(ctx, 0, a.dims.y_shape());
-  T* yh = needed_output<T>(ctx, 1, a.dims.state_shape());
-  Scratch s;
-  carve_scratch(ctx, [&](Carver& cv) { s.carve(cv, a.dims); });
-  forward(ctx.threads(), a, s, y, yh);
+// The Grad kernels rerun the forward when the graph kept no Y: then they carve its whole scratch
+// and a Y of their own (returned); with Y, only the biases that recomputing the gates reads
+// (Scratch::carve_biases).
+template <typename T, typename Scratch>
+T* carve_forward_scratch(Carver& cv, const Dims& D, bool have_y, Scratch& fs) {
+  if (have_y) {
+    fs.carve_biases(cv, D);
+    return nullptr;
+  }
+  fs.carve(cv, D);
+  return cv.take<T>(D.T * D.D * D.B * D.H);
+}
+
+// From direction d's gate gradients dG ([rows, G], W's view): dX (+)= dG W (the first direction
+// writes, the second adds) and dW = dG^T X.
+template <typename T>
+void input_weight_gradients(ThreadPool& pool, const Args<T>& a, int d, int64_t G, const T* dG, const T* W,
+                            const InputGradients<T>& ig) {
+  const Dims& D = a.dims;
+  const int64_t rows = D.rows(), I = D.I;
+  if (ig.dx) matmul<T>(pool, false, false, rows, I, G, dG, G, W, I, d == 0 ? T(0) : T(1), ig.dx, I);
+  if (ig.dw) matmul<T>(pool, true, false, G, I, rows, dG, G, a.x, I, T(0), ig.dw + d * G * I, I);
+}
+
+// Where R reads the previous states hp ([rows, H]) directly (RNN, LSTM): dR = dG^T hp, and both
+// bias halves (Wb and Rb) the column sums of dG.
+template <typename T>
+void recurrent_weight_gradients(ThreadPool& pool, const Dims& D, int d, int64_t G, const T* dG, const T* hp,
+                                const InputGradients<T>& ig) {
+  const int64_t rows = D.rows(), H = D.H;
+  if (ig.dr) matmul<T>(pool, true, false, G, H, rows, dG, G, hp, H, T(0), ig.dr + d * G * H, H);
+  if (ig.db) {
+    T* dbd = ig.db + d * 2 * G;
+    std::fill_n(dbd, G, T(0));
+    column_sums(dG, rows, G, G, dbd);
+    std::copy_n(dbd, G, dbd + G);
+  }
+}
+
+// The forward kernels of GRU and RNN: outputs Y and Y_h. Cell gives the op's gate count
+// (kGates), its default activations (defaults()), its forward scratch (Scratch<T>, with
+// carve(Carver&, const Dims&)) and its forward (forward(pool, args, scratch, y, yh)).
+template <typename Cell>
+class ForwardKernel final : public RecurrentKernel<ForwardKernel<Cell>> {
+ public:
+  explicit ForwardKernel(const KernelInfo& info)
+      : RecurrentKernel<ForwardKernel<Cell>>(info, Cell::kGates, Cell::defaults()) {}
+
+  template <typename T>
+  void run(KernelContext& ctx) const {
+    Args<T> a = make_args<T>(ctx, this->spec_, false);
+    T* y = needed_output<T>(ctx, 0, a.dims.y_shape());
+    T* yh = needed_output<T>(ctx, 1, a.dims.state_shape());
+    typename Cell::template Scratch<T> s;
+    carve_scratch(ctx, [&](Carver& cv) { s.carve(cv, a.dims); });
+    Cell::forward(ctx.threads(), a, s, y, yh);
+  }
+};
+
+// The rows of one step of the backward sweep, in parallel: each batch row b still inside its
+// sequence gets cell(b, t, row, dg), t its time, row its row of X and dg its G gate gradients; the
+// others get zero gate gradients, so that the step's products leave their state gradients as
+// they are.
+template <typename T, typename Cell>
+void backward_rows(ThreadPool& pool, const Dims& D, const std::vector<int64_t>& lens, bool reverse, int64_t step,
+                   int64_t G, T* dgs, Cell&& cell) {
+  pool.parallel_for(D.B, row_grain(G), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t len = lens[static_cast<size_t>(b)];
+      T* dg = dgs + b * G;
+      if (step >= len) {
+        std::fill_n(dg, G, T(0));
+        continue;
+      }
+      const int64_t t = time_at(reverse, step, len);
+      cell(b, t, D.x_row(t, b), dg);
+    }
+  });
+}
+
+// One step of a direction whose gate rows need the whole recurrent product: gh = h R^T ([B, G],
+// G the gates' width) plus each row's input projection (gx at the row of X the step reads), then
+// cell(b, t, g) on the G gates g of each batch row b still inside its sequence, t its time.
+template <typename T, typename Cell>
+void recurrent_step(ThreadPool& pool, const Dims& D, const std::vector<int64_t>& lens, bool reverse, int64_t step,
+                    int64_t G, const T* h, const T* R, const T* gx, T* gh, Cell&& cell) {
+  matmul<T>(pool, false, true, D.B, G, D.H, h, D.H, R, D.H, T(0), gh, G);
+  pool.parallel_for(D.B, row_grain(G), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t len = lens[static_cast<size_t>(b)];
+      if (step >= len) continue;
+      const int64_t t = time_at(reverse, step, len);
+      T* g = gh + b * G;
+      const T* xg = gx + D.x_row(t, b) * G;
+      for (int64_t j = 0; j < G; ++j) g[j] += xg[j];
+      cell(b, t, g);
+    }
+  });
 }
 
 // state[b] = initial[d, b] (or zeros), for every batch row.

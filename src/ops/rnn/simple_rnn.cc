@@ -2,7 +2,7 @@
 // ai.onnxtrain::RNNGrad: inputs X, W, R, B, sequence_lens, initial_h, Y, dY, dY_h (optional ones
 // may be empty; without Y it reruns the forward); outputs dX, dW, dR, dB, dinitial_h.
 #include "autodiff/grad_builder.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "ops/rnn/rnn_common.h"
 
 namespace onnxtrain {
@@ -20,19 +20,20 @@ void rnn_bias(const Args<T>& a, int d, T* bias) {
 
 template <typename T>
 struct ForwardScratch {
-  T *gx, *gh, *h, *bias;
+  T *gx = nullptr, *gh = nullptr, *h = nullptr, *bias = nullptr;
   void carve(Carver& cv, const Dims& d) {
     gx = cv.take<T>(d.rows() * d.H);
     gh = cv.take<T>(d.B * d.H);
     h = cv.take<T>(d.B * d.H);
-    bias = cv.take<T>(d.H);
+    carve_biases(cv, d);
   }
+  void carve_biases(Carver& cv, const Dims& d) { bias = cv.take<T>(d.H); }
 };
 
 template <typename T>
 void rnn_forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh) {
   const Dims& D = a.dims;
-  const int64_t H = D.H, B = D.B;
+  const int64_t H = D.H;
   const int64_t steps = a.max_len();
   for (int d = 0; d < D.D; ++d) {
     const bool rev = a.spec->is_reverse(d);
@@ -40,35 +41,26 @@ void rnn_forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y,
     rnn_bias(a, d, s.bias);
     project_inputs(pool, D, a.x, a.w + d * H * D.I, H, s.bias, s.gx);
     load_states(D, d, a.h0, s.h);
-    for (int64_t step = 0; step < steps; ++step) {
-      matmul<T>(pool, false, true, B, H, H, s.h, H, R, H, T(0), s.gh, H);
-      pool.parallel_for(B, row_grain(H), [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t len = a.lens[static_cast<size_t>(b)];
-          if (step >= len) continue;
-          const int64_t t = time_at(rev, step, len);
-          T* g = s.gh + b * H;
-          const T* xg = s.gx + D.x_row(t, b) * H;
-          for (int64_t j = 0; j < H; ++j) g[j] += xg[j];
-          if (a.spec->has_clip) clip_span(g, H, a.spec->clip, static_cast<uint8_t*>(nullptr));
-          activate(a.spec->act(d, 0), g, H);
-          std::copy_n(g, H, s.h + b * H);
-          if (y) std::copy_n(g, H, y + D.y_offset(t, d, b));
-        }
+    for (int64_t step = 0; step < steps; ++step)
+      recurrent_step(pool, D, a.lens, rev, step, H, s.h, R, s.gx, s.gh, [&](int64_t b, int64_t t, T* g) {
+        if (a.spec->has_clip) clip_span(g, H, a.spec->clip, static_cast<uint8_t*>(nullptr));
+        activate(a.spec->act(d, 0), g, H);
+        std::copy_n(g, H, s.h + b * H);
+        if (y) std::copy_n(g, H, y + D.y_offset(t, d, b));
       });
-    }
     store_states(D, d, s.h, yh);
     zero_padding(D, a.lens, d, y);
   }
 }
 
-class RnnKernel final : public RecurrentKernel<RnnKernel> {
- public:
-  explicit RnnKernel(const KernelInfo& info) : RecurrentKernel(info, 1, kRnnDefaults) {}
-
+struct RnnCell {
+  static constexpr int kGates = 1;
+  static const std::vector<Activation>& defaults() { return kRnnDefaults; }
   template <typename T>
-  void run(KernelContext& ctx) const {
-    run_forward<T, ForwardScratch<T>>(ctx, spec_, [](auto&&... args) { rnn_forward(args...); });
+  using Scratch = ForwardScratch<T>;
+  template <typename T>
+  static void forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh) {
+    rnn_forward(pool, a, s, y, yh);
   }
 };
 
@@ -77,7 +69,7 @@ constexpr int kY = 6;
 
 class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
  public:
-  explicit RnnGradKernel(const KernelInfo& info) : RecurrentKernel(info, 1, kRnnDefaults) {}
+  explicit RnnGradKernel(const KernelInfo& info) : RecurrentKernel(info, RnnCell::kGates, kRnnDefaults) {}
 
   template <typename T>
   void run(KernelContext& ctx) const {
@@ -87,16 +79,10 @@ class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
     const OutputGradients<T> og = output_gradients<T>(ctx, spec_, D, kY);
 
     ForwardScratch<T> fs;
-    T *y_own = nullptr, *hp, *pre, *dgs, *dh, *zeros;
+    T *y_own, *hp, *pre, *dgs, *dh, *zeros;
     uint8_t* mask;
     carve_scratch(ctx, [&](Carver& cv) {
-      if (!og.y) {
-        fs.carve(cv, D);
-        y_own = cv.take<T>(D.T * D.D * B * H);
-      } else {
-        fs.gx = fs.gh = fs.h = nullptr;
-        fs.bias = cv.take<T>(H);
-      }
+      y_own = carve_forward_scratch<T>(cv, D, og.y != nullptr, fs);
       hp = cv.take<T>(rows * H);
       pre = cv.take<T>(rows * H);
       dgs = cv.take<T>(B * H);
@@ -133,38 +119,22 @@ class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
       });
       load_states(D, d, og.dyh, dh);
       for (int64_t step = steps - 1; step >= 0; --step) {
-        pool.parallel_for(B, row_grain(H), [&](int64_t b0, int64_t b1) {
-          for (int64_t b = b0; b < b1; ++b) {
-            const int64_t len = a.lens[static_cast<size_t>(b)];
-            T* dg = dgs + b * H;
-            if (step >= len) {
-              std::fill_n(dg, H, T(0));
-              continue;
-            }
-            const int64_t t = time_at(rev, step, len);
-            T* s = pre + D.x_row(t, b) * H;
-            const T* dyr = og.dy ? og.dy + D.y_offset(t, d, b) : zeros;
-            T* dhb = dh + b * H;
-            for (int64_t j = 0; j < H; ++j) {
-              dg[j] = (dhb[j] + dyr[j]) * s[j];
-              dhb[j] = T(0);
-            }
-            std::copy_n(dg, H, s);
+        backward_rows(pool, D, a.lens, rev, step, H, dgs, [&](int64_t b, int64_t t, int64_t row, T* dg) {
+          T* s = pre + row * H;
+          const T* dyr = og.dy ? og.dy + D.y_offset(t, d, b) : zeros;
+          T* dhb = dh + b * H;
+          for (int64_t j = 0; j < H; ++j) {
+            dg[j] = (dhb[j] + dyr[j]) * s[j];
+            dhb[j] = T(0);
           }
+          std::copy_n(dg, H, s);
         });
         matmul<T>(pool, false, false, B, H, H, dgs, H, R, H, T(1), dh, H);
       }
       T* dG = pre;
       zero_padded_rows(D, a.lens, H, dG);
-      if (ig.dx) matmul<T>(pool, false, false, rows, I, H, dG, H, W, I, d == 0 ? T(0) : T(1), ig.dx, I);
-      if (ig.dw) matmul<T>(pool, true, false, H, I, rows, dG, H, a.x, I, T(0), ig.dw + d * H * I, I);
-      if (ig.dr) matmul<T>(pool, true, false, H, H, rows, dG, H, hp, H, T(0), ig.dr + d * H * H, H);
-      if (ig.db) {
-        T* dbd = ig.db + d * 2 * H;
-        std::fill_n(dbd, H, T(0));
-        column_sums(dG, rows, H, H, dbd);
-        std::copy_n(dbd, H, dbd + H);
-      }
+      input_weight_gradients(pool, a, d, H, dG, W, ig);
+      recurrent_weight_gradients(pool, D, d, H, dG, hp, ig);
       store_states(D, d, dh, ig.dh0);
     }
   }
@@ -174,8 +144,8 @@ void rnn_gradient(GradBuilder& g) { emit_rnn_gradient(g, "RNNGrad", 6, 2); }
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "RNN", kernel_factory<RnnKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "RNNGrad", kernel_factory<RnnGradKernel>());
+ONNXTRAIN_KERNEL("", "RNN", kernel_factory<ForwardKernel<RnnCell>>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "RNNGrad", kernel_factory<RnnGradKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "RNN", rnn_gradient);
 // ONNX marks the initial states non-differentiable; PyTorch differentiates h0 (and c0).
 ONNXTRAIN_DIFFERENTIABLE_INPUT("", "RNN", rnn::kInitialH);

@@ -4,8 +4,8 @@
 // be an arena block that is reused once the list's producer has run.
 #include <cstring>
 
+#include "opdef/op_registry.h"
 #include "ops/control/subgraph.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -263,17 +263,21 @@ class SequenceMapKernel : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "SequenceEmpty", kernel_factory(&sequence_empty));
-ONNXTRAIN_KERNEL("", "SequenceConstruct", kernel_factory(&sequence_construct));
-ONNXTRAIN_KERNEL("", "SequenceInsert", kernel_factory(&sequence_insert));
-ONNXTRAIN_KERNEL("", "SequenceErase", kernel_factory(&sequence_erase));
-ONNXTRAIN_KERNEL("", "SequenceAt", kernel_factory(&sequence_at));
-ONNXTRAIN_KERNEL("", "SequenceLength", kernel_factory(&sequence_length));
-ONNXTRAIN_KERNEL("", "SplitToSequence", kernel_factory<SplitToSequenceKernel>());
-ONNXTRAIN_KERNEL("", "ConcatFromSequence", kernel_factory<ConcatFromSequenceKernel>());
-ONNXTRAIN_KERNEL("", "Optional", kernel_factory(&optional_construct));
-ONNXTRAIN_KERNEL("", "OptionalHasElement", kernel_factory(&optional_has_element));
-ONNXTRAIN_KERNEL("", "OptionalGetElement", kernel_factory(&optional_get_element));
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SequenceMap", kernel_factory<SequenceMapKernel>());
+ONNXTRAIN_KERNEL("", "SequenceEmpty", kernel_factory(&sequence_empty), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "SequenceConstruct", kernel_factory(&sequence_construct), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "SequenceInsert", kernel_factory(&sequence_insert), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "SequenceErase", kernel_factory(&sequence_erase), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "SequenceAt", kernel_factory(&sequence_at), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "SequenceLength", kernel_factory(&sequence_length), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "SplitToSequence", kernel_factory<SplitToSequenceKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "ConcatFromSequence", kernel_factory<ConcatFromSequenceKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Optional", kernel_factory(&optional_construct), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "OptionalHasElement", kernel_factory(&optional_has_element),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "OptionalGetElement", kernel_factory(&optional_get_element),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SequenceMap", kernel_factory<SequenceMapKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

@@ -11,7 +11,7 @@
 #include <complex>
 #include <vector>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -181,8 +181,8 @@ class StftKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "DFT", kernel_factory<DftKernel>());
-ONNXTRAIN_KERNEL("", "STFT", kernel_factory<StftKernel>());
+ONNXTRAIN_KERNEL("", "DFT", kernel_factory<DftKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "STFT", kernel_factory<StftKernel>(), Recompute::Costly, Rounding::PerValue);
 // ONNX 1.12's schemas call the signal (and STFT's window) non-differentiable, which would let a
 // gradient request treat the transform as a constant and return zeros. Marked differentiable, a
 // request reaches the missing gradient rule and fails naming the op.

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -79,6 +79,6 @@ class MelWeightMatrixKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "MelWeightMatrix", kernel_factory<MelWeightMatrixKernel>());
+ONNXTRAIN_KERNEL("", "MelWeightMatrix", kernel_factory<MelWeightMatrixKernel>(), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

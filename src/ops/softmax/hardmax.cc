@@ -3,9 +3,9 @@
 // Forward only: the output is piecewise constant.
 #include <algorithm>
 
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
 #include "ops/common/reduce.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -53,6 +53,6 @@ class HardmaxKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Hardmax", kernel_factory<HardmaxKernel>());
+ONNXTRAIN_KERNEL("", "Hardmax", kernel_factory<HardmaxKernel>(), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

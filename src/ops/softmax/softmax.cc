@@ -12,7 +12,7 @@
 
 #include "autodiff/grad_builder.h"
 #include "core/half.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "ops/softmax/softmax_math.h"
 
 namespace onnxtrain {
@@ -242,10 +242,12 @@ void log_softmax_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Softmax", kernel_factory<SoftmaxKernel<false>>());
-ONNXTRAIN_KERNEL("", "LogSoftmax", kernel_factory<SoftmaxKernel<true>>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftmaxGrad", kernel_factory<SoftmaxGradKernel<false>>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LogSoftmaxGrad", kernel_factory<SoftmaxGradKernel<true>>());
+ONNXTRAIN_KERNEL("", "Softmax", kernel_factory<SoftmaxKernel<false>>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "LogSoftmax", kernel_factory<SoftmaxKernel<true>>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SoftmaxGrad", kernel_factory<SoftmaxGradKernel<false>>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "LogSoftmaxGrad", kernel_factory<SoftmaxGradKernel<true>>(),
+                 Recompute::Costly, Rounding::PerValue);
 // 16-bit X: read, computed in float32 and rounded once by the kernels themselves.
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Softmax", kBothHalfFloats);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "LogSoftmax", kBothHalfFloats);

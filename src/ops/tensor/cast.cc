@@ -5,8 +5,8 @@
 #include "autodiff/grad_builder.h"
 #include "core/checked_math.h"
 #include "core/half.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -118,9 +118,9 @@ void cast_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Cast", kernel_factory<CastKernel>());
+ONNXTRAIN_KERNEL("", "Cast", kernel_factory<CastKernel>(), Recompute::Cheap, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Cast", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "CastLike", kernel_factory(&cast_like));
+ONNXTRAIN_KERNEL("", "CastLike", kernel_factory(&cast_like), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "CastLike", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Cast", cast_gradient);
 ONNXTRAIN_GRADIENT("", "CastLike", cast_gradient);

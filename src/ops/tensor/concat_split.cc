@@ -2,8 +2,8 @@
 #include <cstring>
 
 #include "core/checked_math.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -161,9 +161,9 @@ void split_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Concat", kernel_factory<ConcatKernel>());
+ONNXTRAIN_KERNEL("", "Concat", kernel_factory<ConcatKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Concat", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "Split", kernel_factory<SplitKernel>());
+ONNXTRAIN_KERNEL("", "Split", kernel_factory<SplitKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Split", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Concat", concat_gradient);
 ONNXTRAIN_GRADIENT("", "Split", split_gradient);

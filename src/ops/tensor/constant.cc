@@ -1,7 +1,7 @@
 // Constant and ConstantOfShape.
 #include <cstring>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -60,9 +60,9 @@ class ConstantOfShapeKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Constant", kernel_factory<ConstantKernel>());
+ONNXTRAIN_KERNEL("", "Constant", kernel_factory<ConstantKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Constant", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "ConstantOfShape", kernel_factory<ConstantOfShapeKernel>());
+ONNXTRAIN_KERNEL("", "ConstantOfShape", kernel_factory<ConstantOfShapeKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "ConstantOfShape", kBothHalfFloats);
 
 }  // namespace onnxtrain

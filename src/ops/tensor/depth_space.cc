@@ -1,7 +1,7 @@
 // DepthToSpace (DCR and CRD modes), SpaceToDepth, and DepthToSpaceGrad (the inverse of
 // DepthToSpace in either mode). Each is a reshape to 6-D, a fixed permutation and a reshape back,
 // so each is one permuted copy.
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "ops/tensor/indexing.h"
 
 namespace onnxtrain {
@@ -123,9 +123,10 @@ void space_to_depth_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "DepthToSpace", kernel_factory<DepthToSpaceKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "DepthToSpaceGrad", kernel_factory<DepthToSpaceGradKernel>());
-ONNXTRAIN_KERNEL("", "SpaceToDepth", kernel_factory<SpaceToDepthKernel>());
+ONNXTRAIN_KERNEL("", "DepthToSpace", kernel_factory<DepthToSpaceKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "DepthToSpaceGrad", kernel_factory<DepthToSpaceGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "SpaceToDepth", kernel_factory<SpaceToDepthKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "DepthToSpace", depth_to_space_gradient);
 ONNXTRAIN_GRADIENT("", "SpaceToDepth", space_to_depth_gradient);
 

@@ -13,9 +13,9 @@
 // input_shape but wider in the operands (the gradient sums over them).
 #include <cstring>
 
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
 #include "ops/math/matmul.h"
-#include "ops/registry.h"
 #include "ops/tensor/einsum_equation.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
@@ -357,8 +357,9 @@ void einsum_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Einsum", kernel_factory<EinsumKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "EinsumGrad", kernel_factory<EinsumGradKernel>());
+ONNXTRAIN_KERNEL("", "Einsum", kernel_factory<EinsumKernel>(), Recompute::Costly, Rounding::SumOfTerms);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "EinsumGrad", kernel_factory<EinsumGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Einsum", einsum_gradient);
 
 }  // namespace onnxtrain

@@ -2,9 +2,9 @@
 #include <cstring>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/broadcast.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -46,7 +46,7 @@ void expand_gradient(GradBuilder& g) { g.set_input_grad(0, g.reduce_to_input_sha
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Expand", kernel_factory(&expand));
+ONNXTRAIN_KERNEL("", "Expand", kernel_factory(&expand), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Expand", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Expand", expand_gradient);
 

@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "onnx/custom_schema.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -185,11 +185,13 @@ onnx::OpSchema embedding_schema() {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Gather", kernel_factory<GatherKernel>());
+ONNXTRAIN_KERNEL("", "Gather", kernel_factory<GatherKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Gather", kBothHalfFloats);
 ONNXTRAIN_SCHEMA(embedding_schema());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Embedding", kernel_factory<EmbeddingKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GatherGrad", kernel_factory<GatherGradKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "Embedding", kernel_factory<EmbeddingKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GatherGrad", kernel_factory<GatherGradKernel>(),
+                 Recompute::Costly, Rounding::SumOfTerms);
 ONNXTRAIN_GRADIENT("", "Gather", gather_gradient);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "Embedding", embedding_gradient);
 

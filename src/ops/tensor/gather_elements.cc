@@ -5,8 +5,8 @@
 // data[e with its axis coordinate replaced by indices[e]]. Indices may be smaller than data in
 // the other dims (as torch.gather allows), never larger. Writes are split across threads by the
 // coordinates before the axis, which no two colliding elements can differ in.
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -188,11 +188,12 @@ void scatter_elements_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "GatherElements", kernel_factory<GatherElementsKernel>());
+ONNXTRAIN_KERNEL("", "GatherElements", kernel_factory<GatherElementsKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "GatherElements", kBothHalfFloats);
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GatherElementsGrad", kernel_factory<GatherElementsGradKernel>());
-ONNXTRAIN_KERNEL("", "ScatterElements", kernel_factory<ScatterElementsKernel>());
-ONNXTRAIN_KERNEL("", "Scatter", kernel_factory<ScatterElementsKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GatherElementsGrad", kernel_factory<GatherElementsGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "ScatterElements", kernel_factory<ScatterElementsKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "Scatter", kernel_factory<ScatterElementsKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "GatherElements", gather_elements_gradient);
 ONNXTRAIN_GRADIENT("", "ScatterElements", scatter_elements_gradient);
 

@@ -6,8 +6,8 @@
 // batch and by column ranges of the slice, never by tuple, so repeated tuples cannot race.
 #include <cstring>
 
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -209,9 +209,10 @@ void scatter_nd_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "GatherND", kernel_factory<GatherNDKernel>());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GatherNDGrad", kernel_factory<GatherNDGradKernel>());
-ONNXTRAIN_KERNEL("", "ScatterND", kernel_factory<ScatterNDKernel>());
+ONNXTRAIN_KERNEL("", "GatherND", kernel_factory<GatherNDKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GatherNDGrad", kernel_factory<GatherNDGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "ScatterND", kernel_factory<ScatterNDKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "GatherND", gather_nd_gradient);
 ONNXTRAIN_GRADIENT("", "ScatterND", scatter_nd_gradient);
 

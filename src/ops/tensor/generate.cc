@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "core/checked_math.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -144,8 +144,8 @@ class OneHotKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Range", kernel_factory(&range));
-ONNXTRAIN_KERNEL("", "EyeLike", kernel_factory<EyeLikeKernel>());
-ONNXTRAIN_KERNEL("", "OneHot", kernel_factory<OneHotKernel>());
+ONNXTRAIN_KERNEL("", "Range", kernel_factory(&range), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "EyeLike", kernel_factory<EyeLikeKernel>(), Recompute::Costly, Rounding::PerValue);
+ONNXTRAIN_KERNEL("", "OneHot", kernel_factory<OneHotKernel>(), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "autodiff/grad_builder.h"
-#include "ops/kernel.h"
+#include "opdef/kernel.h"
 
 namespace onnxtrain {
 

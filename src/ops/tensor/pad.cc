@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "core/checked_math.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -218,9 +218,9 @@ void pad_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Pad", kernel_factory<PadKernel>());
+ONNXTRAIN_KERNEL("", "Pad", kernel_factory<PadKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Pad", kBothHalfFloats);
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PadGrad", kernel_factory<PadGradKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "PadGrad", kernel_factory<PadGradKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Pad", pad_gradient);
 
 }  // namespace onnxtrain

@@ -1,8 +1,8 @@
 // Shape-only ops that reuse their input's memory: Identity, Reshape, Flatten, Squeeze, Unsqueeze.
 // Each gradient reshapes the incoming gradient back to the input's shape.
-#include "core/checked_math.h"
 #include "autodiff/grad_builder.h"
-#include "ops/registry.h"
+#include "core/checked_math.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -139,15 +139,15 @@ void reshape_like_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Identity", kernel_factory(&identity));
+ONNXTRAIN_KERNEL("", "Identity", kernel_factory(&identity), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Identity", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "Reshape", kernel_factory<ReshapeKernel>());
+ONNXTRAIN_KERNEL("", "Reshape", kernel_factory<ReshapeKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Reshape", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "Flatten", kernel_factory<FlattenKernel>());
+ONNXTRAIN_KERNEL("", "Flatten", kernel_factory<FlattenKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Flatten", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "Squeeze", kernel_factory<SqueezeKernel>());
+ONNXTRAIN_KERNEL("", "Squeeze", kernel_factory<SqueezeKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Squeeze", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "Unsqueeze", kernel_factory<UnsqueezeKernel>());
+ONNXTRAIN_KERNEL("", "Unsqueeze", kernel_factory<UnsqueezeKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Unsqueeze", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Identity", identity_gradient);
 ONNXTRAIN_GRADIENT("", "Reshape", reshape_like_gradient);

@@ -3,8 +3,8 @@
 // fixed lengths, so its gradient is ReverseSequence of dY with the same lengths.
 #include <cstring>
 
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -63,7 +63,7 @@ void reverse_sequence_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "ReverseSequence", kernel_factory<ReverseSequenceKernel>());
+ONNXTRAIN_KERNEL("", "ReverseSequence", kernel_factory<ReverseSequenceKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "ReverseSequence", reverse_sequence_gradient);
 
 }  // namespace onnxtrain

@@ -2,8 +2,8 @@
 // output is integral; Compress's gradient is not part of onnxtrain yet).
 #include <cstring>
 
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -104,8 +104,8 @@ class CompressKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "NonZero", kernel_factory(&nonzero));
+ONNXTRAIN_KERNEL("", "NonZero", kernel_factory(&nonzero), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "NonZero", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "Compress", kernel_factory<CompressKernel>());
+ONNXTRAIN_KERNEL("", "Compress", kernel_factory<CompressKernel>(), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

@@ -1,5 +1,5 @@
 // Shape and Size: int64 descriptions of a tensor's shape (never differentiable).
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -30,9 +30,9 @@ void size(KernelContext& ctx) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Shape", kernel_factory<ShapeKernel>());
+ONNXTRAIN_KERNEL("", "Shape", kernel_factory<ShapeKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Shape", kBothHalfFloats);
-ONNXTRAIN_KERNEL("", "Size", kernel_factory(&size));
+ONNXTRAIN_KERNEL("", "Size", kernel_factory(&size), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Size", kBothHalfFloats);
 
 }  // namespace onnxtrain

@@ -2,7 +2,7 @@
 // copy once the effective start and step of every axis are known.
 #include <cstring>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "ops/tensor/indexing.h"
 
 namespace onnxtrain {
@@ -157,9 +157,10 @@ void slice_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Slice", kernel_factory<SliceKernel>());
+ONNXTRAIN_KERNEL("", "Slice", kernel_factory<SliceKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Slice", kBothHalfFloats);
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SliceGrad", kernel_factory<SliceGradKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SliceGrad", kernel_factory<SliceGradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Slice", slice_gradient);
 
 }  // namespace onnxtrain

@@ -10,7 +10,7 @@
 
 #include "autodiff/grad_builder.h"
 #include "onnx/custom_schema.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -113,7 +113,8 @@ onnx::OpSchema split_guard_schema() {
 }  // namespace
 
 ONNXTRAIN_SCHEMA(split_guard_schema());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SplitGuard", kernel_factory<SplitGuardKernel>());
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "SplitGuard", kernel_factory<SplitGuardKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS(kOnnxTrainDomain, "SplitGuard", kBothHalfFloats);
 ONNXTRAIN_GRADIENT(kOnnxTrainDomain, "SplitGuard", split_guard_gradient);
 

@@ -2,7 +2,7 @@
 // x.detach() exports as: ONNX has no such op, and an Identity in its place would let the engine
 // differentiate through a value the user's code cut off from autograd.
 #include "onnx/custom_schema.h"
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -25,7 +25,8 @@ onnx::OpSchema stop_gradient_schema() {
 }  // namespace
 
 ONNXTRAIN_SCHEMA(stop_gradient_schema());
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "StopGradient", kernel_factory(&stop_gradient));
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "StopGradient", kernel_factory(&stop_gradient),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NOT_DIFFERENTIABLE(kOnnxTrainDomain, "StopGradient");
 
 }  // namespace onnxtrain

@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "core/checked_math.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -133,9 +133,9 @@ void tile_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Tile", kernel_factory<TileKernel>());
+ONNXTRAIN_KERNEL("", "Tile", kernel_factory<TileKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Tile", kBothHalfFloats);
-ONNXTRAIN_KERNEL(kOnnxTrainDomain, "TileGrad", kernel_factory(&tile_grad));
+ONNXTRAIN_KERNEL(kOnnxTrainDomain, "TileGrad", kernel_factory(&tile_grad), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Tile", tile_gradient);
 
 }  // namespace onnxtrain

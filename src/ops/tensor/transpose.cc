@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -177,7 +177,7 @@ void transpose_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Transpose", kernel_factory<TransposeKernel>());
+ONNXTRAIN_KERNEL("", "Transpose", kernel_factory<TransposeKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Transpose", kBothHalfFloats);
 ONNXTRAIN_GRADIENT("", "Transpose", transpose_gradient);
 

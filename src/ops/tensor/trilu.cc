@@ -2,8 +2,8 @@
 // gradient is the same mask applied to dY.
 #include <cstring>
 
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/tensor/indexing.h"
 #include "runtime/thread_pool.h"
 
@@ -60,7 +60,7 @@ void trilu_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Trilu", kernel_factory<TriluKernel>());
+ONNXTRAIN_KERNEL("", "Trilu", kernel_factory<TriluKernel>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Trilu", trilu_gradient);
 
 }  // namespace onnxtrain

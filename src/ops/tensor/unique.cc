@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "ops/registry.h"
+#include "opdef/op_registry.h"
 #include "ops/tensor/indexing.h"
 
 namespace onnxtrain {
@@ -105,6 +105,6 @@ class UniqueKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Unique", kernel_factory<UniqueKernel>());
+ONNXTRAIN_KERNEL("", "Unique", kernel_factory<UniqueKernel>(), Recompute::Costly, Rounding::PerValue);
 
 }  // namespace onnxtrain

@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "autodiff/grad_builder.h"
+#include "opdef/op_registry.h"
 #include "ops/common/broadcast.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 
 namespace onnxtrain {
 namespace {
@@ -80,7 +80,7 @@ void where_gradient(GradBuilder& g) {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL("", "Where", kernel_factory(&where));
+ONNXTRAIN_KERNEL("", "Where", kernel_factory(&where), Recompute::Cheap, Rounding::PerValue);
 ONNXTRAIN_GRADIENT("", "Where", where_gradient);
 ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Where", kBothHalfFloats);
 

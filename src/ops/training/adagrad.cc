@@ -52,7 +52,8 @@ class AdagradKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL(kOnnxPreviewTrainingDomain, "Adagrad", kernel_factory<AdagradKernel>());
+ONNXTRAIN_KERNEL(kOnnxPreviewTrainingDomain, "Adagrad", kernel_factory<AdagradKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT_REFUSED(kOnnxPreviewTrainingDomain, "Adagrad",
                            "Adagrad is an optimizer update and has no gradient; nothing may be differentiated "
                            "through its outputs");

@@ -67,7 +67,8 @@ class AdamKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL(kOnnxPreviewTrainingDomain, "Adam", kernel_factory<AdamKernel>());
+ONNXTRAIN_KERNEL(kOnnxPreviewTrainingDomain, "Adam", kernel_factory<AdamKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT_REFUSED(kOnnxPreviewTrainingDomain, "Adam",
                            "Adam is an optimizer update and has no gradient; nothing may be differentiated "
                            "through its outputs");

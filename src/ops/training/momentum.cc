@@ -68,7 +68,8 @@ class MomentumKernel final : public Kernel {
 
 }  // namespace
 
-ONNXTRAIN_KERNEL(kOnnxPreviewTrainingDomain, "Momentum", kernel_factory<MomentumKernel>());
+ONNXTRAIN_KERNEL(kOnnxPreviewTrainingDomain, "Momentum", kernel_factory<MomentumKernel>(),
+                 Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_GRADIENT_REFUSED(kOnnxPreviewTrainingDomain, "Momentum",
                            "Momentum is an optimizer update and has no gradient; nothing may be differentiated "
                            "through its outputs");

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "opdef/op_registry.h"
 #include "ops/common/elementwise.h"
-#include "ops/registry.h"
 #include "ops/training/training_domain.h"
 
 namespace onnxtrain {

@@ -5,16 +5,15 @@ inference branch: it normalizes with the running statistics and leaves them unch
 training step would be silently wrong. Ours writes BatchNormalization in training mode, which
 onnx_rewrites then turns into the engine's BatchNormTraining (PyTorch's running-variance update)
 with the new statistics as graph outputs. Its squeeze of a dynamic dim fails for every size but
-1, where torch.export traced it as no squeeze (_squeezed). Its detach is an Identity, through which
-the engine would differentiate: ours is the engine's StopGradient. gelu and silu are the engine's
-Gelu and Silu, whose gradients read only their input, where onnxscript writes them as the
-elementwise ops of their formulas (opset 18 has no Gelu), whose training graphs stash every
-intermediate and take several kernels each way. The losses and the integer and
+1, where torch.export traced it as no squeeze (_squeezed). detach, gelu, silu, mish, hardtanh and
+relu6 become the engine's own ops, as capture/engine_ops.py says why. The losses and the integer and
 extremum ops and attention have modules of their own (translations_losses.py,
 translations_integers.py, translations_attention.py).
 """
 import torch
 from onnxscript import opset18 as op
+
+from .. import engine_ops
 
 
 def _channels_like(x, value):
@@ -85,35 +84,19 @@ def squeeze_all(x):
     return _squeeze(x, list(range(len(x.shape))))
 
 
-def detach(x):
-    """x.detach(): onnxscript writes an Identity, through which the engine would differentiate."""
+def _engine_translation(op):
+    """The translation of an ATen op that becomes an engine op (capture/engine_ops.py), with the
+    ATen op's signature and annotations, which the exporter reads to pass the attributes."""
     from . import stubs
 
-    return stubs.engine_node("StopGradient", [x])
+    def translation(x, *args, **kwargs):
+        return stubs.engine_node(op.op_type, [x],
+                                 **engine_ops.attributes(op, args, kwargs, lambda value, type_, _: type_(value)))
 
-
-def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
-    """hardtanh and relu6 (which torch.export writes as hardtanh(0, 6)): the engine's HardTanh.
-    onnxscript's Clip has eager's values, but its gradient is 1 at the bounds where eager's is 0."""
-    from . import stubs
-
-    return stubs.engine_node("HardTanh", [x], min_val=float(min_val), max_val=float(max_val))
-
-
-def relu6(x):
-    return hardtanh(x, 0.0, 6.0)
-
-
-def gelu(x, approximate: str = "none"):
-    from . import stubs
-
-    return stubs.engine_node("Gelu", [x], approximate=approximate)
-
-
-def silu(x):
-    from . import stubs
-
-    return stubs.engine_node("Silu", [x])
+    translation.__signature__ = engine_ops.signature(op)
+    translation.__annotations__ = {name: type_ for name, type_, _ in op.attributes}
+    translation.__name__ = translation.__qualname__ = f"engine_{op.op_type}"
+    return translation
 
 
 def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-05, cudnn_enabled: bool = True):
@@ -156,12 +139,8 @@ def table():
         aten.squeeze.dim: squeeze_dim,
         aten.squeeze.dims: squeeze_dims,
         aten.squeeze.default: squeeze_all,
-        aten.detach.default: detach,
-        aten.hardtanh.default: hardtanh,
-        aten.relu6.default: relu6,
         aten.group_norm.default: group_norm,
-        aten.gelu.default: gelu,
-        aten.silu.default: silu,
+        **{getattr(aten, name).default: _engine_translation(op) for name, op in engine_ops.ENGINE_OPS.items()},
     }
 
 

@@ -18,6 +18,8 @@ onnxtrain exports:
   call; it becomes onnxtrain's Gelu, whose gradient reads only its input;
 - silu exports as Mul(x, Sigmoid(x)), whose training graph stashes x and sigmoid(x): it becomes
   onnxtrain's Silu, whose gradient reads only x;
+- mish exports as Mul(x, Tanh(Softplus(x))), whose training graph stashes three values: it
+  becomes onnxtrain's Mish, whose gradient reads only x;
 - x.bernoulli_(p) (torchvision's stochastic depth) reaches torch's bernoulli symbolic with p in
   the generator's place and is refused; it becomes ONNX Bernoulli of p filled to x's shape
   (torch.bernoulli(probs) becomes Bernoulli(probs)), drawn by the engine from the run's seed;
@@ -33,6 +35,7 @@ import contextlib
 import torch
 
 from . import symbolics_attention, symbolics_int_random, torch_onnx
+from .. import engine_ops
 
 sh = torch_onnx.symbolic_helper
 opset9 = torch_onnx.opset9
@@ -127,15 +130,6 @@ def _adaptive_avg_pool(g, input, output_size):
     return g.op(f"{DOMAIN}::AdaptiveAveragePool", input, output_size_i=sizes)
 
 
-def _gelu(g, self, approximate="none"):
-    mode = sh._maybe_get_const(approximate, "s") if not isinstance(approximate, str) else approximate
-    return g.op(f"{DOMAIN}::Gelu", self, approximate_s=mode)
-
-
-def _silu(g, self):
-    return g.op(f"{DOMAIN}::Silu", self)
-
-
 def _bernoulli(g, input, *args):
     # (input, generator[, out]) for torch.bernoulli(probs); (input, p, generator) for
     # input.bernoulli_(p) after torch turned the in-place op into this one.
@@ -147,7 +141,6 @@ def _bernoulli(g, input, *args):
         probs = g.op("ConstantOfShape", g.op("Shape", input), value_t=fill)
         return g.op("Bernoulli", probs)
     return g.op("Bernoulli", input)
-
 
 
 def _log_sigmoid(g, input):
@@ -199,19 +192,6 @@ def _max_unpool(g, input, indices, output_size, *stride_and_padding):
     return g.op("Reshape", out, g.op("Concat", batch_and_channels, sizes, axis_i=0))
 
 
-def _relu6(g, x):
-    return g.op(f"{DOMAIN}::HardTanh", x, min_val_f=0.0, max_val_f=6.0)
-
-
-@sh.parse_args("v", "f", "f")
-def _hardtanh(g, x, min_val, max_val):
-    return g.op(f"{DOMAIN}::HardTanh", x, min_val_f=min_val, max_val_f=max_val)
-
-
-def _detach(g, x):
-    return g.op(f"{DOMAIN}::StopGradient", x)
-
-
 @sh.parse_args("v", "i", "i", "v", "v")
 def _diff(g, x, n, dim, prepend, append):
     """torch.diff (HF's masks since transformers 5 call it on position ids): prepend and append
@@ -229,16 +209,11 @@ def _diff(g, x, n, dim, prepend, append):
 
 
 _SYMBOLICS = {
-    "aten::detach": _detach,
     "aten::diff": _diff,
-    "aten::relu6": _relu6,
-    "aten::hardtanh": _hardtanh,
     "aten::max_unpool2d": _max_unpool,
     "aten::max_unpool3d": _max_unpool,
     "aten::log_sigmoid": _log_sigmoid,
     "aten::bernoulli": _bernoulli,
-    "aten::gelu": _gelu,
-    "aten::silu": _silu,
     "aten::max": _extremum_along("ArgMax", opset9.max),
     "aten::min": _extremum_along("ArgMin", opset9.min),
     "aten::mse_loss": _mse_loss,
@@ -251,6 +226,21 @@ _SYMBOLICS = {
 }
 
 
+def _engine_symbolic(op):
+    """The symbolic of an ATen op that becomes an engine op (capture/engine_ops.py)."""
+    kinds = {str: "s", float: "f", int: "i"}
+
+    def constant(value, type_, name):
+        return value if isinstance(value, type_) else type_(sh._get_const(value, kinds[type_], name))
+
+    def symbolic(g, x, *args):
+        values = engine_ops.attributes(op, args, {}, constant)
+        return g.op(f"{DOMAIN}::{op.op_type}", x, **{f"{k}_{kinds[type(v)]}": v for k, v in values.items()})
+
+    return symbolic
+
+
+_SYMBOLICS.update({f"aten::{name}": _engine_symbolic(op) for name, op in engine_ops.ENGINE_OPS.items()})
 _SYMBOLICS.update(symbolics_int_random.SYMBOLICS)
 _SYMBOLICS.update(symbolics_attention.SYMBOLICS)
 

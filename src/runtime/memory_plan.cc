@@ -1,4 +1,4 @@
-#include "passes/memory_plan.h"
+#include "runtime/memory_plan.h"
 
 #include <algorithm>
 
