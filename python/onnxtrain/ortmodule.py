@@ -120,7 +120,7 @@ class ORTModule(torch.nn.Module):
     def eager_warmup_runs(self, count):
         self._calls.eager_warmup_runs = count
 
-    # The parts' state, for onnxtrain.TrainStep and the tests.
+    # The parts' state, for the tests (TrainStep reads _calls itself).
     @property
     def _graphs(self):
         return self._calls.cache
@@ -132,11 +132,6 @@ class ORTModule(torch.nn.Module):
     @property
     def _warmup(self):
         return self._calls.warmup
-
-    def _ready_graphs(self, args, kwargs):
-        return self._calls.ready_graphs(args, kwargs)
-
-    _feeds = staticmethod(EngineCalls.feeds)
 
     def _forget_graphs(self):
         calls = self.__dict__.get("_calls")

@@ -96,11 +96,11 @@ class TrainStep:
 
     def __call__(self, *args, **kwargs):
         why = self._why_not_whole()
-        ready = None if why else self.model._ready_graphs(args, kwargs)
+        ready = None if why else self.model._calls.ready_graphs(args, kwargs)
         if ready is None:
             return self._four_lines(args, kwargs, why or "the first step of this export, or of these sizes")
         graphs, params, tensors = ready
-        feeds = self.model._feeds(graphs, params, tensors)
+        feeds = self.model._calls.feeds(graphs, params, tensors)
         if any(t.grad_fn is not None for t in feeds):
             return self._four_lines(args, kwargs, "an input carries autograd history from outside the model")
         run = graphs.training_run(tuple(t.requires_grad and t.is_floating_point() for t in feeds))
@@ -198,13 +198,13 @@ class TrainStep:
         """After a step of the four lines: what the next one needs to run whole."""
         if self._why_not_whole() is not None or loss.grad_fn is None:
             return
-        ready = self.model._ready_graphs(args, kwargs)
+        ready = self.model._calls.ready_graphs(args, kwargs)
         if ready is None:
             return
         graphs, params, tensors = ready
         if graphs.exported.output_schema != ("T", 0):
             return
-        feeds = self.model._feeds(graphs, params, tensors)
+        feeds = self.model._calls.feeds(graphs, params, tensors)
         run = graphs._runs.get(tuple(t.requires_grad and t.is_floating_point() for t in feeds))
         if run is not None and 0 in run.differentiable_positions:
             self._plans[run] = _LossPlan(run, loss.detach())

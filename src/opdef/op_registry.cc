@@ -48,6 +48,15 @@ bool OpRegistry::add_instruction(const ElementwiseInstruction& instruction) {
   return true;
 }
 
+bool OpRegistry::add_native_16bit_floats(const std::string& domain, const std::string& op_type,
+                                         const std::vector<DType>& types) {
+  for (DType t : types)
+    OT_CHECK(is_16bit_float(t), domain, "::", op_type, ": ", dtype_name(t), " is not a 16-bit float type");
+  auto& native = declare(domain, op_type).native_16bit_floats;
+  native.insert(native.end(), types.begin(), types.end());
+  return true;
+}
+
 const OpRecord* OpRegistry::find(const std::string& domain, const std::string& op_type) const {
   auto it = records_.find(key(domain, op_type));
   return it == records_.end() ? nullptr : &it->second;

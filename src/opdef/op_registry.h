@@ -23,6 +23,8 @@ class OpRegistry {
                   Rounding rounding);
   bool add_gradient(const std::string& domain, const std::string& op_type, GradientRule rule);
   bool add_instruction(const ElementwiseInstruction& instruction);
+  // Refuses a type that is not a 16-bit float.
+  bool add_native_16bit_floats(const std::string& domain, const std::string& op_type, const std::vector<DType>& types);
 
   // The record of (domain, op_type), or null when nothing of it is registered.
   const OpRecord* find(const std::string& domain, const std::string& op_type) const;
@@ -121,12 +123,9 @@ inline KernelFactory kernel_factory(FunctionKernel::Fn fn) {
 
 // ONNXTRAIN_NATIVE_16BIT_FLOATS("", "Transpose", kBothHalfFloats): its kernel handles these
 // 16-bit float types itself, so the executor does not widen them.
-#define ONNXTRAIN_NATIVE_16BIT_FLOATS(domain, op_type, ...)                                         \
-  OT_DECLARE(for (::onnxtrain::DType t : std::vector<::onnxtrain::DType>(__VA_ARGS__))              \
-                 OT_CHECK(::onnxtrain::is_16bit_float(t), domain, "::", op_type, ": ",               \
-                          ::onnxtrain::dtype_name(t), " is not a 16-bit float type");                \
-             auto& native = OT_RECORD(domain, op_type).native_16bit_floats;                          \
-             for (::onnxtrain::DType t : std::vector<::onnxtrain::DType>(__VA_ARGS__)) native.push_back(t))
+#define ONNXTRAIN_NATIVE_16BIT_FLOATS(domain, op_type, ...)                                \
+  static const bool OT_CONCAT(ot_native_16bit_floats_registered_, __COUNTER__) =         \
+      ::onnxtrain::OpRegistry::instance().add_native_16bit_floats(domain, op_type, __VA_ARGS__)
 
 // ONNXTRAIN_FLOAT32_SUMS(domain, "ReduceSumTo"): its node writes float32 sums given to = FLOAT.
 #define ONNXTRAIN_FLOAT32_SUMS(domain, op_type) OT_DECLARE(OT_RECORD(domain, op_type).float32_sums = true)

@@ -7,51 +7,10 @@
 // and gets the instruction from unary_instruction<Forms>(name) or binary_instruction<Forms>(name).
 // The forms must be the ones its standalone kernel computes with: the coverage test
 // (tests/cpp/test_op_records.cc) runs every instruction against its kernel, bit for bit.
-#include <cstring>
-
 #include "opdef/elementwise_instruction.h"
 #include "ops/math/fast_math.h"
 
 namespace onnxtrain::fused {
-
-// out[i] = f(a[i]) over 8-lane vectors, the tail padded into one more vector (as fast::map).
-template <typename F>
-void vec_map(const float* a, float* out, int64_t n, F f) {
-  int64_t i = 0;
-  for (; i + fast::kLanes <= n; i += fast::kLanes) {
-    fast::VF v;
-    std::memcpy(&v, a + i, sizeof v);
-    v = f(v);
-    std::memcpy(out + i, &v, sizeof v);
-  }
-  if (i < n) {
-    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
-    fast::VF v = fast::splat(0.0f);
-    std::memcpy(&v, a + i, bytes);
-    v = f(v);
-    std::memcpy(out + i, &v, bytes);
-  }
-}
-
-template <typename F>
-void vec_zip(const float* a, const float* b, float* out, int64_t n, F f) {
-  int64_t i = 0;
-  for (; i + fast::kLanes <= n; i += fast::kLanes) {
-    fast::VF va, vb;
-    std::memcpy(&va, a + i, sizeof va);
-    std::memcpy(&vb, b + i, sizeof vb);
-    const fast::VF v = f(va, vb);
-    std::memcpy(out + i, &v, sizeof v);
-  }
-  if (i < n) {
-    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
-    fast::VF va = fast::splat(0.0f), vb = fast::splat(0.0f);
-    std::memcpy(&va, a + i, bytes);
-    std::memcpy(&vb, b + i, bytes);
-    const fast::VF v = f(va, vb);
-    std::memcpy(out + i, &v, bytes);
-  }
-}
 
 template <typename Forms, typename T>
 void unary_scalar(const T* a, const T*, T* out, int64_t n, float imm, float imm2) {
@@ -61,7 +20,7 @@ void unary_scalar(const T* a, const T*, T* out, int64_t n, float imm, float imm2
 template <typename Forms>
 void unary_float32(const float* a, const float* b, float* out, int64_t n, float imm, float imm2) {
   if constexpr (Forms::kVector)
-    vec_map(a, out, n, [imm, imm2](fast::VF v) { return Forms::vector(v, imm, imm2); });
+    fast::map_span(a, out, n, [imm, imm2](fast::VF v) { return Forms::vector(v, imm, imm2); });
   else
     unary_scalar<Forms, float>(a, b, out, n, imm, imm2);
 }
@@ -74,7 +33,7 @@ void binary_scalar(const T* a, const T* b, T* out, int64_t n, float imm, float i
 template <typename Forms>
 void binary_float32(const float* a, const float* b, float* out, int64_t n, float imm, float imm2) {
   if constexpr (Forms::kVector)
-    vec_zip(a, b, out, n, [imm, imm2](fast::VF va, fast::VF vb) { return Forms::vector(va, vb, imm, imm2); });
+    fast::zip_span(a, b, out, n, [imm, imm2](fast::VF va, fast::VF vb) { return Forms::vector(va, vb, imm, imm2); });
   else
     binary_scalar<Forms, float>(a, b, out, n, imm, imm2);
 }

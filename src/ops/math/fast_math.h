@@ -188,48 +188,57 @@ inline VF softplus(VF x) {
   return x != x ? x : y;
 }
 
-// out[i] = f(in[i]) over 8-lane blocks; the tail is padded into one more block.
+// out[i] = f(in[i]) for i < n on this thread, over 8-lane blocks; the tail is padded into one
+// more block. in and out may be the same span.
 template <typename F>
-void map(ThreadPool& pool, const float* in, float* out, int64_t n, F f) {
-  pool.parallel_for(n, kParallelGrain / 4, [&](int64_t b, int64_t e) {
-    int64_t i = b;
-    for (; i + kLanes <= e; i += kLanes) {
-      VF v;
-      std::memcpy(&v, in + i, sizeof(v));
-      v = f(v);
-      std::memcpy(out + i, &v, sizeof(v));
-    }
-    if (i < e) {
-      const size_t bytes = static_cast<size_t>(e - i) * sizeof(float);
-      VF v = splat(0.0f);
-      std::memcpy(&v, in + i, bytes);
-      v = f(v);
-      std::memcpy(out + i, &v, bytes);
-    }
-  });
+void map_span(const float* in, float* out, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    VF v;
+    std::memcpy(&v, in + i, sizeof(v));
+    v = f(v);
+    std::memcpy(out + i, &v, sizeof(v));
+  }
+  if (i < n) {
+    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+    VF v = splat(0.0f);
+    std::memcpy(&v, in + i, bytes);
+    v = f(v);
+    std::memcpy(out + i, &v, bytes);
+  }
 }
 
-// out[i] = f(a[i], b[i]) for same-shaped operands.
+// out[i] = f(a[i], b[i]) for i < n on this thread, as map_span.
+template <typename F>
+void zip_span(const float* a, const float* b, float* out, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    VF va, vb;
+    std::memcpy(&va, a + i, sizeof(va));
+    std::memcpy(&vb, b + i, sizeof(vb));
+    VF v = f(va, vb);
+    std::memcpy(out + i, &v, sizeof(v));
+  }
+  if (i < n) {
+    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+    VF va = splat(0.0f), vb = splat(0.0f);
+    std::memcpy(&va, a + i, bytes);
+    std::memcpy(&vb, b + i, bytes);
+    VF v = f(va, vb);
+    std::memcpy(out + i, &v, bytes);
+  }
+}
+
+// map_span over the pool.
+template <typename F>
+void map(ThreadPool& pool, const float* in, float* out, int64_t n, F f) {
+  pool.parallel_for(n, kParallelGrain / 4, [&](int64_t b, int64_t e) { map_span(in + b, out + b, e - b, f); });
+}
+
+// zip_span over the pool, for same-shaped operands.
 template <typename F>
 void zip(ThreadPool& pool, const float* a, const float* b, float* out, int64_t n, F f) {
-  pool.parallel_for(n, kParallelGrain / 4, [&](int64_t s, int64_t e) {
-    int64_t i = s;
-    for (; i + kLanes <= e; i += kLanes) {
-      VF va, vb;
-      std::memcpy(&va, a + i, sizeof(va));
-      std::memcpy(&vb, b + i, sizeof(vb));
-      VF v = f(va, vb);
-      std::memcpy(out + i, &v, sizeof(v));
-    }
-    if (i < e) {
-      const size_t bytes = static_cast<size_t>(e - i) * sizeof(float);
-      VF va = splat(0.0f), vb = splat(0.0f);
-      std::memcpy(&va, a + i, bytes);
-      std::memcpy(&vb, b + i, bytes);
-      VF v = f(va, vb);
-      std::memcpy(out + i, &v, bytes);
-    }
-  });
+  pool.parallel_for(n, kParallelGrain / 4, [&](int64_t s, int64_t e) { zip_span(a + s, b + s, out + s, e - s, f); });
 }
 
 }  // namespace onnxtrain::fast

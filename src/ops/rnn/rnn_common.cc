@@ -111,22 +111,7 @@ std::vector<int64_t> sequence_lengths(const KernelContext& ctx, const Spec& spec
 
 template <>
 void activate<float>(Activation a, float* x, int64_t n) {
-  auto run = [&](auto f) {
-    int64_t i = 0;
-    for (; i + fast::kLanes <= n; i += fast::kLanes) {
-      fast::VF v;
-      std::memcpy(&v, x + i, sizeof(v));
-      v = f(v);
-      std::memcpy(x + i, &v, sizeof(v));
-    }
-    if (i < n) {
-      const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
-      fast::VF v = fast::splat(0.0f);
-      std::memcpy(&v, x + i, bytes);
-      v = f(v);
-      std::memcpy(x + i, &v, bytes);
-    }
-  };
+  auto run = [&](auto f) { fast::map_span(x, x, n, f); };
   switch (a) {
     case Activation::Sigmoid: return run([](fast::VF v) { return fast::sigmoid(v); });
     case Activation::Tanh: return run([](fast::VF v) { return fast::tanh(v); });
