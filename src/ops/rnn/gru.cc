@@ -68,8 +68,13 @@ inline void candidate(const Spec& spec, int d, int64_t H, T* n, uint8_t* mask) {
   activate(spec.act(d, 1), n, H);
 }
 
+struct GruCell : PlainCell<3, kGruDefaults, ForwardScratch> {
+  template <typename T>
+  static void forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh);
+};
+
 template <typename T>
-void gru_forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh) {
+void GruCell::forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh) {
   const Dims& D = a.dims;
   const int64_t H = D.H, G = 3 * H, B = D.B;
   const bool lbr = a.spec->linear_before_reset;
@@ -132,23 +137,9 @@ void gru_forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y,
   }
 }
 
-struct GruCell {
-  static constexpr int kGates = 3;
-  static const std::vector<Activation>& defaults() { return kGruDefaults; }
-  template <typename T>
-  using Scratch = ForwardScratch<T>;
-  template <typename T>
-  static void forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh) {
-    gru_forward(pool, a, s, y, yh);
-  }
-};
-
-// Y, then dY and dY_h (output_gradients reads all three from here).
-constexpr int kY = 6;
-
-class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
+class GruGradKernel final : public PlainGradKernel<GruGradKernel, GruCell> {
  public:
-  explicit GruGradKernel(const KernelInfo& info) : RecurrentKernel(info, GruCell::kGates, kGruDefaults) {}
+  using PlainGradKernel::PlainGradKernel;
 
   template <typename T>
   void run(KernelContext& ctx) const {
@@ -156,13 +147,12 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
     const Dims& D = a.dims;
     const int64_t H = D.H, G = 3 * H, B = D.B, rows = D.rows(), I = D.I;
     const bool lbr = spec_.linear_before_reset;
-    const OutputGradients<T> og = output_gradients<T>(ctx, spec_, D, kY);
+    const OutputGradients<T> og = output_gradients<T>(ctx, spec_, D, kPlainGradY);
 
     ForwardScratch<T> fs;
-    T *y_own, *hp, *act, *gr, *sl, *aux, *dhr, *dgs, *du, *dh, *zeros;
+    T *hp, *act, *gr, *sl, *aux, *dhr, *dgs, *du, *dh, *zeros;
     uint8_t* mask;
-    carve_scratch(ctx, [&](Carver& cv) {
-      y_own = carve_forward_scratch<T>(cv, D, og.y != nullptr, fs);
+    const T* y = forward_output_for_backward<GruCell>(ctx, a, og.y, fs, [&](Carver& cv) {
       hp = cv.take<T>(rows * H);
       act = cv.take<T>(rows * G);
       gr = cv.take<T>(rows * G);
@@ -176,8 +166,6 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
       mask = spec_.has_clip ? cv.take<uint8_t>(rows * G) : nullptr;
     });
     ThreadPool& pool = ctx.threads();
-    if (!og.y) gru_forward(pool, a, fs, y_own, static_cast<T*>(nullptr));
-    const T* y = og.y ? og.y : y_own;
     std::fill_n(zeros, H, T(0));
 
     const InputGradients<T> ig = input_gradients<T>(ctx, D, G);
@@ -311,13 +299,11 @@ class GruGradKernel final : public RecurrentKernel<GruGradKernel> {
   }
 };
 
-void gru_gradient(GradBuilder& g) { emit_rnn_gradient(g, "GRUGrad", 6, 2); }
-
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "GRU", kernel_factory<ForwardKernel<GruCell>>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "GRUGrad", kernel_factory<GruGradKernel>(), Recompute::Costly, Rounding::PerValue);
-ONNXTRAIN_GRADIENT("", "GRU", gru_gradient);
+ONNXTRAIN_GRADIENT("", "GRU", emit_plain_rnn_gradient);
 // ONNX marks the initial states non-differentiable; PyTorch differentiates h0 (and c0).
 ONNXTRAIN_DIFFERENTIABLE_INPUT("", "GRU", rnn::kInitialH);
 

@@ -196,4 +196,6 @@ void emit_rnn_gradient(GradBuilder& g, const std::string& grad_op, int num_forwa
   }
 }
 
+void emit_plain_rnn_gradient(GradBuilder& g) { emit_rnn_gradient(g, g.node().op_type + "Grad", kPlainGradY, 2); }
+
 }  // namespace onnxtrain::rnn

@@ -292,6 +292,21 @@ T* carve_forward_scratch(Carver& cv, const Dims& D, bool have_y, Scratch& fs) {
   return cv.take<T>(D.T * D.D * D.B * D.H);
 }
 
+// How a GRU or RNN Grad kernel gets Y: the forward's scratch fs is carved beside the kernel's own
+// (carve_own), and Y is recomputed into scratch when the graph kept none (saved_y null).
+template <typename Cell, typename T, typename CarveOwn>
+const T* forward_output_for_backward(KernelContext& ctx, const Args<T>& a, const T* saved_y,
+                                     typename Cell::template Scratch<T>& fs, CarveOwn&& carve_own) {
+  T* recomputed = nullptr;
+  carve_scratch(ctx, [&](Carver& cv) {
+    recomputed = carve_forward_scratch<T>(cv, a.dims, saved_y != nullptr, fs);
+    carve_own(cv);
+  });
+  if (saved_y) return saved_y;
+  Cell::forward(ctx.threads(), a, fs, recomputed, static_cast<T*>(nullptr));
+  return recomputed;
+}
+
 // From direction d's gate gradients dG ([rows, G], W's view): dX (+)= dG W (the first direction
 // writes, the second adds) and dW = dG^T X.
 template <typename T>
@@ -317,6 +332,25 @@ void recurrent_weight_gradients(ThreadPool& pool, const Dims& D, int d, int64_t 
     std::copy_n(dbd, G, dbd + G);
   }
 }
+
+// What a GRU or RNN cell declares for ForwardKernel: its gate count, default activations and
+// forward scratch. A cell derives from it and adds its forward(pool, args, scratch, y, yh).
+template <int Gates, const std::vector<Activation>& Defaults, template <typename> class ForwardScratch>
+struct PlainCell {
+  static constexpr int kGates = Gates;
+  static const std::vector<Activation>& defaults() { return Defaults; }
+  template <typename T>
+  using Scratch = ForwardScratch<T>;
+};
+
+// The Grad kernels of GRU and RNN; Derived::run<T> computes. Their ops read Y at input
+// kPlainGradY, then dY and dY_h (output_gradients).
+constexpr int kPlainGradY = 6;
+template <typename Derived, typename Cell>
+class PlainGradKernel : public RecurrentKernel<Derived> {
+ public:
+  explicit PlainGradKernel(const KernelInfo& info) : RecurrentKernel<Derived>(info, Cell::kGates, Cell::defaults()) {}
+};
 
 // The forward kernels of GRU and RNN: outputs Y and Y_h. Cell gives the op's gate count
 // (kGates), its default activations (defaults()), its forward scratch (Scratch<T>, with
@@ -448,5 +482,7 @@ namespace rnn {
 // `stash`: forward values appended to the backward op's inputs (LSTMTraining's gates and cells).
 void emit_rnn_gradient(GradBuilder& g, const std::string& grad_op, int num_forward_inputs, int num_outputs,
                        const std::vector<std::string>& stash = {});
+// GRU's and RNN's rule: their Grad op (op type + "Grad") with six forward inputs and two outputs.
+void emit_plain_rnn_gradient(GradBuilder& g);
 }  // namespace rnn
 }  // namespace onnxtrain

@@ -30,8 +30,13 @@ struct ForwardScratch {
   void carve_biases(Carver& cv, const Dims& d) { bias = cv.take<T>(d.H); }
 };
 
+struct RnnCell : PlainCell<1, kRnnDefaults, ForwardScratch> {
+  template <typename T>
+  static void forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh);
+};
+
 template <typename T>
-void rnn_forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh) {
+void RnnCell::forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh) {
   const Dims& D = a.dims;
   const int64_t H = D.H;
   const int64_t steps = a.max_len();
@@ -53,36 +58,23 @@ void rnn_forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y,
   }
 }
 
-struct RnnCell {
-  static constexpr int kGates = 1;
-  static const std::vector<Activation>& defaults() { return kRnnDefaults; }
-  template <typename T>
-  using Scratch = ForwardScratch<T>;
-  template <typename T>
-  static void forward(ThreadPool& pool, const Args<T>& a, ForwardScratch<T>& s, T* y, T* yh) {
-    rnn_forward(pool, a, s, y, yh);
-  }
-};
-
-// Y, then dY and dY_h (output_gradients reads all three from here).
-constexpr int kY = 6;
-
-class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
+class RnnGradKernel final : public PlainGradKernel<RnnGradKernel, RnnCell> {
  public:
-  explicit RnnGradKernel(const KernelInfo& info) : RecurrentKernel(info, RnnCell::kGates, kRnnDefaults) {}
+  using PlainGradKernel::PlainGradKernel;
 
   template <typename T>
   void run(KernelContext& ctx) const {
     Args<T> a = make_args<T>(ctx, spec_, false);
     const Dims& D = a.dims;
     const int64_t H = D.H, B = D.B, rows = D.rows(), I = D.I;
-    const OutputGradients<T> og = output_gradients<T>(ctx, spec_, D, kY);
+    const OutputGradients<T> og = output_gradients<T>(ctx, spec_, D, kPlainGradY);
+    const InputGradients<T> ig = input_gradients<T>(ctx, D, H);
+    const int64_t steps = a.max_len();
 
     ForwardScratch<T> fs;
-    T *y_own, *hp, *pre, *dgs, *dh, *zeros;
+    T *hp, *pre, *dgs, *dh, *zeros;
     uint8_t* mask;
-    carve_scratch(ctx, [&](Carver& cv) {
-      y_own = carve_forward_scratch<T>(cv, D, og.y != nullptr, fs);
+    const T* y = forward_output_for_backward<RnnCell>(ctx, a, og.y, fs, [&](Carver& cv) {
       hp = cv.take<T>(rows * H);
       pre = cv.take<T>(rows * H);
       dgs = cv.take<T>(B * H);
@@ -91,12 +83,8 @@ class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
       mask = spec_.has_clip ? cv.take<uint8_t>(rows * H) : nullptr;
     });
     ThreadPool& pool = ctx.threads();
-    if (!og.y) rnn_forward(pool, a, fs, y_own, static_cast<T*>(nullptr));
-    const T* y = og.y ? og.y : y_own;
     std::fill_n(zeros, H, T(0));
 
-    const InputGradients<T> ig = input_gradients<T>(ctx, D, H);
-    const int64_t steps = a.max_len();
 
     for (int d = 0; d < D.D; ++d) {
       const bool rev = spec_.is_reverse(d);
@@ -140,13 +128,11 @@ class RnnGradKernel final : public RecurrentKernel<RnnGradKernel> {
   }
 };
 
-void rnn_gradient(GradBuilder& g) { emit_rnn_gradient(g, "RNNGrad", 6, 2); }
-
 }  // namespace
 
 ONNXTRAIN_KERNEL("", "RNN", kernel_factory<ForwardKernel<RnnCell>>(), Recompute::Costly, Rounding::PerValue);
 ONNXTRAIN_KERNEL(kOnnxTrainDomain, "RNNGrad", kernel_factory<RnnGradKernel>(), Recompute::Costly, Rounding::PerValue);
-ONNXTRAIN_GRADIENT("", "RNN", rnn_gradient);
+ONNXTRAIN_GRADIENT("", "RNN", emit_plain_rnn_gradient);
 // ONNX marks the initial states non-differentiable; PyTorch differentiates h0 (and c0).
 ONNXTRAIN_DIFFERENTIABLE_INPUT("", "RNN", rnn::kInitialH);
 
