@@ -174,7 +174,7 @@ UNARY = {
     "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
     "relu": torch.relu, "neg": torch.neg, "abs": torch.abs, "sin": torch.sin, "cos": torch.cos, "erf": torch.erf,
     "reciprocal": torch.reciprocal, "floor": torch.floor, "softmax": lambda x: torch.softmax(x, -1),
-    "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+    "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu, "mish": torch.nn.functional.mish,
 }
 
 
