@@ -45,6 +45,10 @@ bool fuse_elementwise(Graph& graph);
 // into the output before the GEMM accumulates onto it.
 bool fuse_matmul_bias(Graph& graph);
 
+// log_softmax_loss.cc: before autodiff, NegativeLogLikelihoodLoss of a LogSoftmax along the class
+// axis (torch.export's cross_entropy) becomes one SoftmaxCrossEntropyLoss of the scores.
+bool fuse_log_softmax_loss(Graph& graph);
+
 // softmax_statistics.cc: a softmax cross-entropy's backward reads the log-sum-exp its forward
 // computed instead of recomputing it from the scores.
 bool share_softmax_statistics(Graph& graph);

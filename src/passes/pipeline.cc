@@ -26,6 +26,7 @@ void optimize_before_autodiff(Graph& graph, int level) {
     changed = eliminate_common_subexpressions(graph) || changed;
     changed = fold_transposes_into_matmul(graph) || changed;
     changed = fold_casts(graph) || changed;
+    changed = fuse_log_softmax_loss(graph) || changed;
     changed = eliminate_dead_nodes(graph) || changed;
     if (!changed) break;
   }

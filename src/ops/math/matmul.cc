@@ -3,6 +3,9 @@
 #include "ops/math/matmul.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <utility>
 
 #include "autodiff/grad_builder.h"
 #include "opdef/op_registry.h"
@@ -10,6 +13,7 @@
 #include "ops/common/float32_sums.h"
 #include "ops/common/reduce.h"
 #include "runtime/blas.h"
+#include "runtime/bfloat16_matmul.h"
 #include "runtime/half_convert.h"
 #include "runtime/thread_pool.h"
 
@@ -55,6 +59,28 @@ TensorShape matmul_shape(const TensorShape& a, const TensorShape& b, bool ta, bo
 
 namespace {
 
+// Where the i-th product of a batch reads its operands (elements from A's and B's start), with
+// A and B broadcast along the batch dims they lack.
+class BatchOperands {
+ public:
+  explicit BatchOperands(const MatmulDims& d)
+      : d_(d), a_strides_(broadcast_strides(d.a_batch, d.batch)), b_strides_(broadcast_strides(d.b_batch, d.batch)) {}
+  std::pair<int64_t, int64_t> offsets(int64_t i) const {
+    int64_t rem = i, a_off = 0, b_off = 0;
+    for (int dim = d_.batch.rank() - 1; dim >= 0; --dim) {
+      const int64_t idx = rem % d_.batch[dim];
+      rem /= d_.batch[dim];
+      a_off += idx * a_strides_[dim];
+      b_off += idx * b_strides_[dim];
+    }
+    return {a_off * d_.m * d_.k, b_off * d_.k * d_.n};
+  }
+
+ private:
+  const MatmulDims& d_;
+  std::array<int64_t, TensorShape::kMaxRank> a_strides_, b_strides_;
+};
+
 // The batched products of In operands into T results (In = T, or bfloat16 into float32), with a
 // bias row (of T values) written into the output first.
 template <typename In, typename T>
@@ -80,18 +106,10 @@ void batched_products(ThreadPool& pool, const MatmulDims& d, bool ta, bool tb, c
     gemm(false, tb, batches * d.m, d.n, d.k, scale, pa, lda, pb, ldb, beta, pc, d.n, pool);
     return;
   }
-  const auto a_strides = broadcast_strides(d.a_batch, d.batch);
-  const auto b_strides = broadcast_strides(d.b_batch, d.batch);
+  const BatchOperands operands(d);
   auto one = [&](int64_t i, ThreadPool& inner_pool) {
-    int64_t rem = i, a_off = 0, b_off = 0;
-    for (int dim = d.batch.rank() - 1; dim >= 0; --dim) {
-      int64_t idx = rem % d.batch[dim];
-      rem /= d.batch[dim];
-      a_off += idx * a_strides[dim];
-      b_off += idx * b_strides[dim];
-    }
-    gemm(ta, tb, d.m, d.n, d.k, scale, pa + a_off * d.m * d.k, lda, pb + b_off * d.k * d.n, ldb, beta,
-         pc + i * d.m * d.n, d.n, inner_pool);
+    const auto [a_off, b_off] = operands.offsets(i);
+    gemm(ta, tb, d.m, d.n, d.k, scale, pa + a_off, lda, pb + b_off, ldb, beta, pc + i * d.m * d.n, d.n, inner_pool);
   };
   // Many small products: one per thread. Few large ones: let each GEMM split itself.
   if (2.0 * d.m * d.n * d.k < 4e6 && batches > 1) {
@@ -103,14 +121,67 @@ void batched_products(ThreadPool& pool, const MatmulDims& d, bool ta, bool tb, c
   }
 }
 
+// bfloat16 products into a bfloat16 `out` on oneDNN's matmul primitive, which rounds its float32
+// sums as it stores them. Each call is single-threaded in the pool: a stack of A's against one B
+// is one product over all their rows, split by rows; a batch of products runs one per thread,
+// or split by rows where there are fewer products than threads. False where oneDNN has no
+// primitive for a part (out is then written again by the caller). oneDNN scales the bias with
+// the product (alpha (AB + bias)): with a bias, alpha must be 1.
+bool products_into_bfloat16(ThreadPool& pool, const MatmulDims& d, bool ta, bool tb, float alpha, const BHalf* a,
+                            const BHalf* b, const float* bias, BHalf* out) {
+  const bool stacked = d.b_batch.numel() == 1 && !ta && d.a_batch == d.batch;
+  const int64_t batches = stacked ? 1 : d.batch.numel();
+  const int64_t m = stacked ? d.batch.numel() * d.m : d.m;
+  Bfloat16Product p;
+  p.trans_a = ta;
+  p.trans_b = tb;
+  p.n = d.n;
+  p.k = d.k;
+  p.alpha = alpha;
+  p.lda = ta ? d.m : d.k;
+  p.ldb = tb ? d.k : d.n;
+  p.bias = bias;
+  p.ldc = d.n;
+  p.c_bfloat16 = true;
+  const BatchOperands operands(d);
+  std::atomic<bool> all_ran{true};
+  // Rows [r0, r1) of product i.
+  auto rows = [&](int64_t i, int64_t r0, int64_t r1) {
+    const auto [a_off, b_off] = operands.offsets(i);
+    Bfloat16Product part = p;
+    part.m = r1 - r0;
+    part.a = a + a_off + (ta ? r0 : r0 * p.lda);
+    part.b = b + b_off;
+    part.c = out + i * d.m * d.n + r0 * d.n;
+    if (!run_bfloat16_product(part)) all_ran = false;
+  };
+  const int threads = pool.num_threads();
+  if (batches >= threads && batches > 1) {
+    pool.parallel_for(batches, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) rows(i, 0, m);
+    });
+    return all_ran;
+  }
+  // Below ~20 MFLOP a product takes a few tens of microseconds: splitting it costs more than it saves.
+  const int64_t grain = threads == 1 || 2.0 * m * d.n * d.k < 2e7 ? m : std::max<int64_t>(16, (m + threads - 1) / threads);
+  for (int64_t i = 0; i < batches; ++i)
+    pool.parallel_for(m, grain, [&](int64_t r0, int64_t r1) { rows(i, r0, r1); });
+  return all_ran;
+}
+
 // bfloat16 operands (autocast's products): accumulated in float32 and rounded once, as eager's
 // oneDNN matmul does; on oneDNN's bfloat16 GEMM where the CPU has one, on float32 copies elsewhere.
 void matmul_bfloat16(ThreadPool& pool, const MatmulDims& d, const Tensor& a, const Tensor& b, bool ta, bool tb,
                      double alpha, Tensor& out, const Tensor* bias) {
-  // A float32 `out` (a gradient's scratch, summed before it is rounded) takes the sums as they are.
-  Tensor product = out.dtype() == DType::Float32 ? out : Tensor::empty(DType::Float32, out.shape());
   Tensor bias32;
   if (bias) bias32 = bias->dtype() == DType::Float32 ? *bias : widened_to_float32(pool, *bias);
+  if (out.dtype() == DType::BFloat16 && bfloat16_primitives_enabled() && bfloat16_gemm_available() &&
+      (!bias || (bias->dim(0) == d.n && alpha == 1.0)) && out.numel() > 0 && d.k > 0 &&
+      products_into_bfloat16(pool, d, ta, tb, static_cast<float>(alpha), a.data<BHalf>(), b.data<BHalf>(),
+                             bias ? bias32.data<float>() : nullptr, out.data<BHalf>()))
+    return;
+  // A float32 `out` (a gradient's scratch, summed before it is rounded) takes the sums as they are.
+  Tensor product = out.dtype() == DType::Float32 ? out : Tensor::empty(DType::Float32, out.shape());
   const float* pbias = bias ? bias32.data<float>() : nullptr;
   const int64_t bias_size = bias ? bias->dim(0) : 0;
   if (bfloat16_gemm_available()) {
