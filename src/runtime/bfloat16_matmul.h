@@ -23,6 +23,13 @@ struct Bfloat16Product {
   void* c = nullptr;  // float* or BHalf*
   int64_t ldc = 0;
   bool c_bfloat16 = false;
+
+  // A product without bias into a float32 C, as a GEMM call gives it.
+  static Bfloat16Product gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BHalf* a,
+                              int64_t lda, const BHalf* b, int64_t ldb, float* c, int64_t ldc) {
+    // In member order: no bias, no accumulation, a float32 C.
+    return {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, nullptr, false, c, ldc, false};
+  }
 };
 
 // Runs p single-threaded (the caller's pool splits). Returns false where oneDNN has no primitive

@@ -20,6 +20,13 @@ inline void add_input(Graph& g, const std::string& name, DType dtype, const std:
   g.value_info[name] = {dtype, ds};
 }
 
+// Class labels for a loss: (7 i + 3) mod classes at position i.
+inline Tensor labels_tensor(const std::vector<int64_t>& dims, int64_t classes) {
+  Tensor t = Tensor::empty(DType::Int64, TensorShape(dims));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = (i * 7 + 3) % classes;
+  return t;
+}
+
 inline int count_ops(const Graph& g, const std::string& op_type) {
   int n = 0;
   for (const auto& node : g.nodes) n += node.op_type == op_type;

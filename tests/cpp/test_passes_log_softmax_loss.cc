@@ -26,12 +26,6 @@ Graph nll_graph(const std::vector<int64_t>& scores_dims, const std::vector<int64
   return g;
 }
 
-Tensor labels_tensor(const std::vector<int64_t>& dims, int64_t classes) {
-  Tensor t = Tensor::empty(DType::Int64, TensorShape(dims));
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = (i * 7 + 3) % classes;
-  return t;
-}
-
 TEST(LogSoftmaxLoss, BecomesOneLossOnTheScores) {
   Graph g = nll_graph({6, 5}, {6}, -1, "mean", true);
   ASSERT_TRUE(fuse_log_softmax_loss(g));

@@ -22,12 +22,6 @@ Graph loss_graph(const std::vector<int64_t>& scores_dims, const std::vector<int6
   return g;
 }
 
-Tensor labels_tensor(const std::vector<int64_t>& dims, int64_t classes) {
-  Tensor t = Tensor::empty(DType::Int64, TensorShape(dims));
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = (i * 7 + 3) % classes;
-  return t;
-}
-
 TEST(SoftmaxStatistics, TheBackwardReadsTheForwardsLogSumExp) {
   const Graph g = loss_graph({6, 5}, {6}, false);
   TrainingSession session(g, {{"scores"}, {}, false, 1});

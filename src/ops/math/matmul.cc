@@ -132,16 +132,10 @@ bool products_into_bfloat16(ThreadPool& pool, const MatmulDims& d, bool ta, bool
   const bool stacked = d.b_batch.numel() == 1 && !ta && d.a_batch == d.batch;
   const int64_t batches = stacked ? 1 : d.batch.numel();
   const int64_t m = stacked ? d.batch.numel() * d.m : d.m;
-  Bfloat16Product p;
-  p.trans_a = ta;
-  p.trans_b = tb;
-  p.n = d.n;
-  p.k = d.k;
-  p.alpha = alpha;
-  p.lda = ta ? d.m : d.k;
-  p.ldb = tb ? d.k : d.n;
+  // m and the operands' and C's starts are set per part.
+  Bfloat16Product p = Bfloat16Product::gemm(ta, tb, 0, d.n, d.k, alpha, nullptr, ta ? d.m : d.k, nullptr,
+                                            tb ? d.k : d.n, nullptr, d.n);
   p.bias = bias;
-  p.ldc = d.n;
   p.c_bfloat16 = true;
   const BatchOperands operands(d);
   std::atomic<bool> all_ran{true};
