@@ -2,32 +2,22 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <algorithm>
 #include <array>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/lru_map.h"
+#include "runtime/onednn_context.h"
 #include "runtime/openmp.h"
 
 namespace onnxtrain {
 namespace {
 
 using dnnl::memory;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream stream(cpu_engine());
-  return stream;
-}
 
 struct Primitive {
   bool usable = false;
@@ -44,11 +34,9 @@ Key key_of(const Bfloat16Product& p) {
 }
 
 // Building a primitive JIT-compiles its kernels (about a millisecond), so each shape builds once;
-// a run over many shapes (batch sizes, sequence lengths) keeps at most kMaxPrimitives, the least
-// recently used going first. A caller's shared_ptr keeps an evicted one alive while it runs.
+// a run over many shapes (batch sizes, sequence lengths) keeps at most kMaxPrimitives.
 constexpr size_t kMaxPrimitives = 256;
 std::mutex primitives_mutex;
-size_t primitives_kept = 0;
 
 Primitive build(const Bfloat16Product& q) {
   const int64_t m = q.m, n = q.n, k = q.k;
@@ -68,7 +56,7 @@ Primitive build(const Bfloat16Product& q) {
   }
   try {
     const auto desc = q.bias ? dnnl::matmul::desc(p.a, p.b, p.bias, p.c) : dnnl::matmul::desc(p.a, p.b, p.c);
-    dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+    dnnl::matmul::primitive_desc pd(desc, attr, onednn_engine());
     p.matmul = dnnl::matmul(pd);
     p.scratchpad = pd.scratchpad_desc();
     p.usable = true;
@@ -78,28 +66,11 @@ Primitive build(const Bfloat16Product& q) {
   return p;
 }
 
+LruMap<Key, std::shared_ptr<const Primitive>> primitives(kMaxPrimitives);  // under primitives_mutex
+
 std::shared_ptr<const Primitive> primitive_for(const Bfloat16Product& q) {
-  struct Entry {
-    std::shared_ptr<const Primitive> primitive;
-    uint64_t last_used = 0;
-  };
-  static std::map<Key, Entry> primitives;
-  static uint64_t clock = 0;
-  const Key key = key_of(q);
   std::lock_guard<std::mutex> lock(primitives_mutex);
-  auto found = primitives.find(key);
-  if (found == primitives.end()) {
-    if (primitives.size() >= kMaxPrimitives) {
-      primitives.erase(std::min_element(primitives.begin(), primitives.end(), [](const auto& x, const auto& y) {
-        return x.second.last_used < y.second.last_used;
-      }));
-    }
-    auto built = std::make_shared<const Primitive>(build(q));
-    found = primitives.emplace(key, Entry{std::move(built), 0}).first;
-  }
-  found->second.last_used = ++clock;
-  primitives_kept = primitives.size();
-  return found->second.primitive;
+  return primitives.get_or_build(key_of(q), [&] { return std::make_shared<const Primitive>(build(q)); });
 }
 
 }  // namespace
@@ -113,7 +84,7 @@ bool run_bfloat16_product(const Bfloat16Product& q) {
   thread_local std::vector<unsigned char> scratch;
   const size_t scratch_bytes = p->scratchpad.get_size();
   if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
-  dnnl::engine& engine = cpu_engine();
+  dnnl::engine& engine = onednn_engine();
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p->a, engine, const_cast<BHalf*>(q.a))},
                                        {DNNL_ARG_WEIGHTS, memory(p->b, engine, const_cast<BHalf*>(q.b))},
                                        {DNNL_ARG_DST, memory(p->c, engine, q.c)},
@@ -121,8 +92,8 @@ bool run_bfloat16_product(const Bfloat16Product& q) {
   if (q.bias) args.emplace(DNNL_ARG_BIAS, memory(p->bias, engine, const_cast<float*>(q.bias)));
   float alpha = q.alpha;
   if (alpha != 1.0f) args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory({{1}, memory::data_type::f32, {1}}, engine, &alpha));
-  p->matmul.execute(thread_stream(), args);
-  thread_stream().wait();
+  p->matmul.execute(onednn_thread_stream(), args);
+  onednn_thread_stream().wait();
   return true;
 }
 
@@ -136,7 +107,7 @@ bool bfloat16_primitives_enabled() {
 
 size_t bfloat16_matmul_primitives_kept() {
   std::lock_guard<std::mutex> lock(primitives_mutex);
-  return primitives_kept;
+  return primitives.size();
 }
 
 }  // namespace onnxtrain

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "opdef/kernel.h"
+#include "runtime/lru_map.h"
+#include "runtime/onednn_context.h"
 #include "runtime/openmp.h"
 #include "runtime/thread_pool.h"
 
@@ -22,11 +24,6 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
 enum class Pass { Forward, BackwardData, BackwardWeights };
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
 
 // One thread's part of a weight reorder: the weights' rows [first, last) of dim 0 (output
 // channels, or groups), whole blocks of the convolution's layout.
@@ -87,7 +84,7 @@ bool is_direct_kernel(const std::string& impl, ConvElements elements) {
 
 dnnl::primitive reorder_if_needed(const memory::desc& from, const memory::desc& to) {
   if (from == to) return dnnl::primitive();
-  return dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
+  return dnnl::reorder(dnnl::reorder::primitive_desc(onednn_engine(), from, onednn_engine(), to));
 }
 
 // The block size of dim 0 in a blocked layout (1 where dim 0 is not blocked).
@@ -115,7 +112,7 @@ std::vector<WeightSlice> weight_slices(const memory::desc& user, const memory::d
       sub[0] = (b1 - b0) * block;
       offsets[0] = b0 * block;
       WeightSlice slice{user.submemory_desc(sub, offsets), blocked.submemory_desc(sub, offsets), {}};
-      slice.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), slice.user, cpu_engine(), slice.blocked));
+      slice.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(onednn_engine(), slice.user, onednn_engine(), slice.blocked));
       out.push_back(std::move(slice));
     }
   } catch (const dnnl::error&) {
@@ -158,7 +155,7 @@ Plan build_plan(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                       any(src, data), any(wei, data), bias ? p.bias_user : no_bias, any(dst, data),
                                       strides, dilates, pad_l, pad_r),
-      attr, cpu_engine());
+      attr, onednn_engine());
   std::string impl;
   if (pass == Pass::Forward) {
     impl = fwd.impl_info_str();
@@ -176,7 +173,7 @@ Plan build_plan(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t
         dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(src, data), any(wei, data),
                                               any(dst, data),
                                               strides, dilates, pad_l, pad_r),
-        attr, cpu_engine(), fwd);
+        attr, onednn_engine(), fwd);
     impl = bwd.impl_info_str();
     p.src = bwd.diff_src_desc();
     p.wei = bwd.weights_desc();
@@ -192,7 +189,7 @@ Plan build_plan(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t
         dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(src, data),
                                                  any(wei, weights), any(dst, data),
                                                  strides, dilates, pad_l, pad_r),
-        attr, cpu_engine(), fwd);
+        attr, onednn_engine(), fwd);
     impl = bwd.impl_info_str();
     p.src = bwd.src_desc();
     p.wei = bwd.diff_weights_desc();
@@ -214,45 +211,24 @@ Plan build_plan(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t
 constexpr size_t kMaxPlans = 512;
 
 std::mutex plans_mutex;
-size_t plans_kept = 0;
+LruMap<std::vector<int64_t>, std::shared_ptr<const Plan>> plans(kMaxPlans);  // under plans_mutex
 
 std::shared_ptr<const Plan> plan_for(const ConvGeometry& g, Pass pass, ConvElements elements, int64_t batch,
                                      bool bias, int64_t threads, int64_t col_stride = 0) {
-  struct Entry {
-    std::shared_ptr<const Plan> plan;
-    uint64_t last_used = 0;
-  };
-  static std::map<std::vector<int64_t>, Entry> plans;
-  static uint64_t clock = 0;
   std::vector<int64_t> key{static_cast<int64_t>(pass), static_cast<int64_t>(elements), batch, bias, threads,
                            col_stride, g.spatial, g.image_channels, g.col_channels, g.group};
   for (const auto* v : {&g.in, &g.out, &g.kernel, &g.stride, &g.dilation, &g.pad_begin, &g.pad_end})
     key.insert(key.end(), v->begin(), v->end());
   std::lock_guard<std::mutex> lock(plans_mutex);
-  auto found = plans.find(key);
-  if (found == plans.end()) {
-    if (plans.size() >= kMaxPlans) {
-      auto oldest = std::min_element(plans.begin(), plans.end(), [](const auto& a, const auto& b) {
-        return a.second.last_used < b.second.last_used;
-      });
-      plans.erase(oldest);
-    }
+  return plans.get_or_build(key, [&] {
     auto plan = std::make_shared<Plan>();
     try {
       *plan = build_plan(g, pass, elements, batch, bias, threads, col_stride);
     } catch (const dnnl::error&) {
       plan->usable = false;  // oneDNN rejects this geometry: the im2col path handles it
     }
-    found = plans.emplace(std::move(key), Entry{std::move(plan), 0}).first;
-  }
-  found->second.last_used = ++clock;
-  plans_kept = plans.size();
-  return found->second.plan;
-}
-
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream stream(cpu_engine());
-  return stream;
+    return std::shared_ptr<const Plan>(std::move(plan));
+  });
 }
 
 size_t align(size_t bytes) { return (bytes + 63) / 64 * 64; }
@@ -284,9 +260,9 @@ void run_reorder(const dnnl::primitive& reorder, dnnl::stream& s, const memory& 
 // A memory object over `user` data, or over the chunk's blocked buffer filled from it.
 memory bring_in(const dnnl::primitive& reorder, const memory::desc& user, const memory::desc& want, const char* data,
                 char*& scratch, dnnl::stream& s) {
-  memory user_mem(user, cpu_engine(), const_cast<char*>(data));
+  memory user_mem(user, onednn_engine(), const_cast<char*>(data));
   if (!reorder) return user_mem;
-  memory blocked(want, cpu_engine(), scratch);
+  memory blocked(want, onednn_engine(), scratch);
   scratch += align(want.get_size());
   run_reorder(reorder, s, user_mem, blocked);
   return blocked;
@@ -295,8 +271,8 @@ memory bring_in(const dnnl::primitive& reorder, const memory::desc& user, const 
 // A memory object to write into: the user's data, or a blocked buffer reordered out afterwards.
 memory output_buffer(const dnnl::primitive& reorder, const memory::desc& user, const memory::desc& have, void* data,
                      char*& scratch) {
-  if (!reorder) return memory(user, cpu_engine(), data);
-  memory blocked(have, cpu_engine(), scratch);
+  if (!reorder) return memory(user, onednn_engine(), data);
+  memory blocked(have, onednn_engine(), scratch);
   scratch += align(have.get_size());
   return blocked;
 }
@@ -307,19 +283,19 @@ bool plans_usable(const Plan& a, const Plan& b) { return a.usable && b.usable; }
 // plan's slices by one of the pool's threads.
 memory bring_in_weights(ThreadPool& pool, const Plan& p, const void* w, char* scratch) {
   void* user = const_cast<void*>(w);
-  if (!p.wei_reorder) return memory(p.wei_user, cpu_engine(), user);
-  memory blocked(p.wei, cpu_engine(), scratch);
+  if (!p.wei_reorder) return memory(p.wei_user, onednn_engine(), user);
+  memory blocked(p.wei, onednn_engine(), scratch);
   if (p.wei_slices.empty()) {
-    run_reorder(p.wei_reorder, thread_stream(), memory(p.wei_user, cpu_engine(), user), blocked);
-    thread_stream().wait();
+    run_reorder(p.wei_reorder, onednn_thread_stream(), memory(p.wei_user, onednn_engine(), user), blocked);
+    onednn_thread_stream().wait();
     return blocked;
   }
   pool.parallel_for(static_cast<int64_t>(p.wei_slices.size()), 1, [&](int64_t s0, int64_t s1) {
     SingleThreadedOpenMP slice_thread;
-    dnnl::stream& s = thread_stream();
+    dnnl::stream& s = onednn_thread_stream();
     for (int64_t i = s0; i < s1; ++i) {
       const WeightSlice& slice = p.wei_slices[static_cast<size_t>(i)];
-      run_reorder(slice.reorder, s, memory(slice.user, cpu_engine(), user), memory(slice.blocked, cpu_engine(), scratch));
+      run_reorder(slice.reorder, s, memory(slice.user, onednn_engine(), user), memory(slice.blocked, onednn_engine(), scratch));
     }
     s.wait();
   });
@@ -340,7 +316,7 @@ size_t onednn_bfloat16_convolutions_run() { return bfloat16_runs.load(std::memor
 
 size_t onednn_conv_plans_kept() {
   std::lock_guard<std::mutex> lock(plans_mutex);
-  return plans_kept;
+  return plans.size();
 }
 
 Bfloat16Instructions onednn_bfloat16_instructions() {
@@ -378,7 +354,7 @@ bool run_chunked(KernelContext& ctx, const ConvGeometry& g, Pass pass, ConvEleme
   memory wei = bring_in_weights(pool, full, w, base);
   pool.parallel_for(c.count, 1, [&](int64_t c0, int64_t c1) {
     SingleThreadedOpenMP chunk_thread;
-    dnnl::stream& s = thread_stream();
+    dnnl::stream& s = onednn_thread_stream();
     for (int64_t i = c0; i < c1; ++i) {
       body(i + 1 == c.count ? last : full, i * c.size, base + weights + per_chunk * static_cast<size_t>(i), s, wei);
       s.wait();
@@ -400,12 +376,12 @@ bool onednn_conv_forward(KernelContext& ctx, const ConvGeometry& g, ConvElements
                      [&](const Plan& p, int64_t n0, char* scratch, dnnl::stream& s, const memory& wei) {
                        memory src = bring_in(p.src_reorder, p.src_user, p.src, x + n0 * x_step, scratch, s);
                        memory dst = output_buffer(p.dst_out, p.dst_user, p.dst, y + n0 * y_step, scratch);
-                       memory pad(p.scratchpad, cpu_engine(), scratch);
+                       memory pad(p.scratchpad, onednn_engine(), scratch);
                        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei},
                                                             {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, pad}};
-                       if (b) args.emplace(DNNL_ARG_BIAS, memory(p.bias_user, cpu_engine(), const_cast<float*>(b)));
+                       if (b) args.emplace(DNNL_ARG_BIAS, memory(p.bias_user, onednn_engine(), const_cast<float*>(b)));
                        p.conv.execute(s, args);
-                       if (p.dst_out) run_reorder(p.dst_out, s, dst, memory(p.dst_user, cpu_engine(), y + n0 * y_step));
+                       if (p.dst_out) run_reorder(p.dst_out, s, dst, memory(p.dst_user, onednn_engine(), y + n0 * y_step));
                      });
 }
 
@@ -419,11 +395,11 @@ bool onednn_conv_backward_data(KernelContext& ctx, const ConvGeometry& g, ConvEl
                      [&](const Plan& p, int64_t n0, char* scratch, dnnl::stream& s, const memory& wei) {
                        memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy + n0 * y_step, scratch, s);
                        memory diff_src = output_buffer(p.src_out, p.src_user, p.src, dx + n0 * x_step, scratch);
-                       memory pad(p.scratchpad, cpu_engine(), scratch);
+                       memory pad(p.scratchpad, onednn_engine(), scratch);
                        p.conv.execute(s, {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, wei},
                                           {DNNL_ARG_DIFF_SRC, diff_src}, {DNNL_ARG_SCRATCHPAD, pad}});
                        if (p.src_out)
-                         run_reorder(p.src_out, s, diff_src, memory(p.src_user, cpu_engine(), dx + n0 * x_step));
+                         run_reorder(p.src_out, s, diff_src, memory(p.src_user, onednn_engine(), dx + n0 * x_step));
                      });
 }
 
@@ -459,7 +435,7 @@ bool backward_weights_by_channels(KernelContext& ctx, const ConvGeometry& g, Con
   const int64_t weights_per_channel = g.image_channels / g.group * g.kernel_size();
   pool.parallel_for(parts, 1, [&](int64_t i0, int64_t i1) {
     SingleThreadedOpenMP part_thread;
-    dnnl::stream& s = thread_stream();
+    dnnl::stream& s = onednn_thread_stream();
     for (int64_t i = i0; i < i1; ++i) {
       const Plan& p = *plans[static_cast<size_t>(i)];
       int64_t first;
@@ -470,10 +446,10 @@ bool backward_weights_by_channels(KernelContext& ctx, const ConvGeometry& g, Con
       const char* dy_part = dy + first * g.out_size() * static_cast<int64_t>(element_bytes(elements));
       memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy_part, scratch, s);
       memory diff_wei = output_buffer(p.wei_out, p.wei_user, p.wei, out, scratch);
-      memory pad(p.scratchpad, cpu_engine(), scratch);
+      memory pad(p.scratchpad, onednn_engine(), scratch);
       p.conv.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_WEIGHTS, diff_wei},
                          {DNNL_ARG_SCRATCHPAD, pad}});
-      if (p.wei_out) run_reorder(p.wei_out, s, diff_wei, memory(p.wei_user, cpu_engine(), out));
+      if (p.wei_out) run_reorder(p.wei_out, s, diff_wei, memory(p.wei_user, onednn_engine(), out));
       s.wait();
     }
   });
@@ -510,7 +486,7 @@ bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, Con
   std::vector<float*> partial(static_cast<size_t>(c.count), nullptr);
   pool.parallel_for(c.count, 1, [&](int64_t c0, int64_t c1) {
     SingleThreadedOpenMP chunk_thread;
-    dnnl::stream& s = thread_stream();
+    dnnl::stream& s = onednn_thread_stream();
     for (int64_t i = c0; i < c1; ++i) {
       const Plan& p = i + 1 == c.count ? last : full;
       char* scratch = base + per_chunk * static_cast<size_t>(i);
@@ -525,10 +501,10 @@ bool onednn_conv_backward_weights(KernelContext& ctx, const ConvGeometry& g, Con
       memory src = bring_in(p.src_reorder, p.src_user, p.src, x + n0 * x_step, scratch, s);
       memory diff_dst = bring_in(p.dst_reorder, p.dst_user, p.dst, dy + n0 * y_step, scratch, s);
       memory diff_wei = output_buffer(p.wei_out, p.wei_user, p.wei, out, scratch);
-      memory pad(p.scratchpad, cpu_engine(), scratch);
+      memory pad(p.scratchpad, onednn_engine(), scratch);
       p.conv.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_WEIGHTS, diff_wei},
                          {DNNL_ARG_SCRATCHPAD, pad}});
-      if (p.wei_out) run_reorder(p.wei_out, s, diff_wei, memory(p.wei_user, cpu_engine(), out));
+      if (p.wei_out) run_reorder(p.wei_out, s, diff_wei, memory(p.wei_user, onednn_engine(), out));
       s.wait();
     }
   });
