@@ -30,16 +30,20 @@ bool share_softmax_statistics(Graph& graph) {
       if (recomputes_statistics(graph.nodes[j]) && graph.nodes[j].inputs[1] == scores && graph.nodes[j].inputs[2] == labels)
         readers.push_back(j);
     if (readers.empty()) continue;
+    // The statistic takes the scores' type: rounded to 16 bits, exp(score - lse) would be off by
+    // up to |lse| / 256 in the exponent (bfloat16), three times eager's gradient error. 16-bit
+    // scores keep recomputing it in float32.
+    const ValueInfo* scores_type = graph.info(scores);
+    if (!scores_type || is_16bit_float(scores_type->dtype)) continue;
     Node& loss = graph.nodes[k];
     if (loss.outputs.size() > 2 && !loss.outputs[2].empty()) continue;  // already shared
     const std::string lse = graph.unique_name(loss.name + "_log_sum_exp");
     loss.domain = kOnnxTrainDomain;
     loss.outputs.resize(3);
     loss.outputs[2] = lse;
-    const ValueInfo* scores_info = graph.info(scores);
     const ValueInfo* labels_info = graph.info(labels);
     ValueInfo info;
-    info.dtype = scores_info ? scores_info->dtype : DType::Undefined;
+    info.dtype = scores_type->dtype;
     if (labels_info) info.shape = labels_info->shape;
     graph.value_info[lse] = info;
     for (size_t j : readers) {

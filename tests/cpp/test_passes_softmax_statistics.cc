@@ -56,6 +56,23 @@ TEST(SoftmaxStatistics, SameLossAndGradientsAsRecomputing) {
   }
 }
 
+TEST(SoftmaxStatistics, SixteenBitScoresKeepRecomputingTheStatisticInFloat32) {
+  for (DType type : {DType::BFloat16, DType::Float16}) {
+    Graph g = loss_graph({6, 5}, {6}, false);
+    g.value_info["scores"].dtype = type;
+    g.value_info["weights"].dtype = type;
+    TrainingSession session(g, {{"scores"}, {}, false, 1});
+    for (const auto& n : session.training_graph().graph.nodes) {
+      if (n.op_type == "SoftmaxCrossEntropyLossGrad") {
+        EXPECT_FALSE(n.has_input(5)) << dtype_name(type);
+      }
+      if (n.op_type == "SoftmaxCrossEntropyLoss") {
+        EXPECT_LE(n.outputs.size(), 2u) << dtype_name(type);
+      }
+    }
+  }
+}
+
 TEST(SoftmaxStatistics, LeavesABackwardThatReadsLogProbAlone) {
   Graph g;
   add_input(g, "scores", DType::Float32, {4, 3});

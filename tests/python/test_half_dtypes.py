@@ -203,6 +203,16 @@ def test_binary_with_broadcasting(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=IDS)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_on_16bit_scores(reduction, dtype):
+    # torch.export writes LogSoftmax + NegativeLogLikelihoodLoss, which the optimizer fuses into one
+    # SoftmaxCrossEntropyLoss: on 16-bit scores too, as eager computes the loss.
+    labels = torch.arange(8) * 5 % 33
+    check(lambda x: torch.nn.functional.cross_entropy(x, labels, reduction=reduction), dtype, [(8, 33)],
+          name="cross_entropy", out_steps=2, grad_steps=2)
+
+
+@pytest.mark.parametrize("dtype", TYPES, ids=IDS)
 def test_casts(dtype):
     other = torch.bfloat16 if dtype == torch.float16 else torch.float16
     check(lambda x: (x.float() * 3, x.double(), x.to(other), (x * 100).long(), (x.float() * 7).to(dtype)),
