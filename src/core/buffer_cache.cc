@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 
 namespace onnxtrain {
 namespace {
@@ -131,7 +132,8 @@ void* allocate_large(size_t bytes) {
   // freed large blocks in its heap once its mmap threshold has adapted to their size.
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   OT_CHECK(p != MAP_FAILED, "out of memory mapping ", bytes, " bytes");
-  madvise(p, bytes, MADV_HUGEPAGE);  // advice: without THP, 4 KiB pages
+  // Faulted in by its first user in small pages; huge ones come afterwards, off that user's path.
+  collapse_to_huge_pages_later(static_cast<uint8_t*>(p), bytes);
   return p;
 }
 
@@ -139,8 +141,10 @@ void free_large(void* p, size_t bytes) {
   if (!p) return;
   if (bytes < kHugePage)
     std::free(p);
-  else
+  else {
+    forget_huge_page_collapse(static_cast<uint8_t*>(p), bytes);
     munmap(p, bytes);
+  }
 }
 
 std::shared_ptr<void> allocate_buffer(size_t bytes) {

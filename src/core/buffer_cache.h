@@ -16,10 +16,9 @@ inline constexpr size_t kCachedBufferMinBytes = 64 * 1024;
 // last owner lets go.
 std::shared_ptr<void> allocate_buffer(size_t bytes);
 
-// A block for large memory: 64-byte aligned, and for 2 MiB and more a mapping of its own backed
-// by transparent huge pages where the kernel offers them, since first-touch page faults are the
-// main cost of fresh memory (about 10 us per 4 KiB page on a virtual machine). Release with
-// free_large and the same size.
+// A block for large memory: 64-byte aligned, and for 2 MiB and more a mapping of its own, which
+// turns into transparent huge pages in the background once its first user has faulted it in
+// (core/huge_pages.h). Release with free_large and the same size.
 void* allocate_large(size_t bytes);
 void free_large(void* p, size_t bytes);
 

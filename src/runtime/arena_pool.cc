@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 
 namespace onnxtrain {
 
@@ -18,14 +19,21 @@ Arena::Arena(size_t bytes) {
   // glibc would keep freed large blocks in the heap once its mmap threshold adapts to their size.
   void* p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   OT_CHECK(p != MAP_FAILED, "out of memory mapping a ", capacity_, "-byte arena");
-  // First-touch page faults are the main cost of fresh memory (about 10 us per 4 KiB page on a
-  // virtual machine); huge pages cut them 512-fold where the kernel offers them.
-  madvise(p, capacity_, MADV_HUGEPAGE);
   data_ = static_cast<uint8_t*>(p);
+  // Its first run faults it in in small pages; huge pages come afterwards, off the run's path.
+  collapse_to_huge_pages_later(data_, capacity_);
 }
 
-Arena::~Arena() {
-  if (data_) munmap(data_, capacity_);
+Arena::Arena(uint8_t* mapping, size_t capacity) : data_(mapping), capacity_(capacity) {}
+
+Arena::~Arena() { unmap(); }
+
+void Arena::unmap() {
+  if (!data_) return;
+  forget_huge_page_collapse(data_, capacity_);
+  munmap(data_, capacity_);
+  data_ = nullptr;
+  capacity_ = 0;
 }
 
 Arena::Arena(Arena&& other) noexcept
@@ -33,7 +41,7 @@ Arena::Arena(Arena&& other) noexcept
 
 Arena& Arena::operator=(Arena&& other) noexcept {
   if (this != &other) {
-    if (data_) munmap(data_, capacity_);
+    unmap();
     data_ = std::exchange(other.data_, nullptr);
     capacity_ = std::exchange(other.capacity_, 0);
   }
@@ -48,6 +56,12 @@ class ArenaPool {
     const char* env = std::getenv("ONNXTRAIN_PLAN_CACHE_MB");
     budget_ = (env ? static_cast<size_t>(std::atoll(env)) : 1024) << 20;
     budget_is_the_default_ = env == nullptr;
+  }
+
+  Arena adopt(Arena arena) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    count_in_use(arena.capacity());
+    return arena;
   }
 
   Arena take(size_t bytes) {
@@ -143,6 +157,7 @@ ArenaPool& pool() {
 }  // namespace
 
 Arena take_arena(size_t bytes) { return pool().take(bytes); }
+Arena adopt_arena(uint8_t* mapping, size_t capacity) { return pool().adopt(Arena(mapping, capacity)); }
 void return_arena(Arena arena) { pool().give(std::move(arena)); }
 size_t idle_arena_bytes() { return pool().idle_bytes(); }
 size_t arena_budget() { return pool().budget(); }

@@ -27,12 +27,19 @@ class Arena {
   explicit operator bool() const { return data_ != nullptr; }
 
  private:
+  Arena(uint8_t* mapping, size_t capacity);  // takes over a mapping
+  void unmap();
+  friend Arena adopt_arena(uint8_t* mapping, size_t capacity);
+
   uint8_t* data_ = nullptr;
   size_t capacity_ = 0;
 };
 
 // An idle arena of at least `bytes` from the pool, or a new one.
 Arena take_arena(size_t bytes);
+// An arena of memory the caller mapped (`capacity` bytes at `mapping`, page aligned), counted in
+// use as take_arena's are; unmapped when the pool lets it go (runtime/recording_arena.h).
+Arena adopt_arena(uint8_t* mapping, size_t capacity);
 // Back to the pool for reuse (or unmapped, when the budget leaves no room).
 void return_arena(Arena arena);
 

@@ -7,6 +7,7 @@
 #include "core/logging.h"
 #include "runtime/half_compute.h"
 #include "runtime/profiler.h"
+#include "runtime/recording_arena.h"
 #include "runtime/thread_pool.h"
 
 namespace onnxtrain {
@@ -54,9 +55,13 @@ Tensor& KernelContext::allocate_output(int i, DType dtype, const TensorShape& sh
     } else if (state_.record) {
       state_.record->bytes[id] = bytes;
     }
-    // Arena values outside an arena: their blocks go back to the system when freed, since later
-    // runs take this memory from the plan's arena and cached blocks would only add to the RSS.
-    std::shared_ptr<void> block = allocate_uncached(static_cast<size_t>(bytes));
+    // Arena values outside an arena: a recording run's come from the memory that becomes the
+    // plan's arena; the rest go back to the system when freed, since later runs take this memory
+    // from the plan's arena and cached blocks would only add to the RSS.
+    std::shared_ptr<void> block;
+    if (state_.record && state_.recording_memory)
+      block = state_.recording_memory->allocate(static_cast<size_t>(bytes));
+    if (!block) block = allocate_uncached(static_cast<size_t>(bytes));
     void* data = block.get();
     slot = Tensor(dtype, shape, data, std::move(block));
     return slot;
@@ -104,7 +109,9 @@ void* KernelContext::scratch(size_t bytes) {
     return state_.arena + state_.plan->scratch_offset[node_index_];
   if (state_.record)
     state_.record->scratch[node_index_] = std::max<int64_t>(state_.record->scratch[node_index_], bytes);
-  state_.node_scratch.push_back(allocate_aligned(bytes));
+  std::shared_ptr<void> block;
+  if (state_.record && state_.recording_memory) block = state_.recording_memory->allocate(bytes);
+  state_.node_scratch.push_back(block ? std::move(block) : allocate_aligned(bytes));
   return state_.node_scratch.back().get();
 }
 

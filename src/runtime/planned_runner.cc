@@ -2,10 +2,12 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/buffer_cache.h"
 #include "core/logging.h"
+#include "runtime/recording_arena.h"
 
 namespace onnxtrain {
 
@@ -44,6 +46,7 @@ Run::Run(std::shared_ptr<PlannedRunner> owner, const ShapeSignature& signature, 
     record_ = std::make_unique<AllocationRecord>();
     record_->reset(runner.program_.num_values(), static_cast<int>(runner.program_.nodes().size()));
     state_.record = record_.get();
+    state_.recording_memory = RecordingArena::reserve_for_a_run();
     return;
   }
   it->second->last_used = ++runner.clock_;
@@ -66,6 +69,13 @@ void Run::finish() {
   state_.record = nullptr;
   record_.reset();
   state_.values.clear();
+  state_.node_scratch.clear();
+  if (state_.recording_memory) {
+    // The memory the recording touched becomes this plan's arena, handed to the pool when the
+    // run ends, so the plan's first run finds its pages already faulted in.
+    arena_ = state_.recording_memory->into_arena(static_cast<size_t>(std::max<int64_t>(plan.arena_bytes, 64)));
+    state_.recording_memory.reset();
+  }
   release_cached_buffers();
   malloc_trim(0);  // glibc keeps freed heap pages mapped otherwise
   log(LogLevel::Verbose, "memory plan for graph '", runner_->program_.graph().name, "': arena ", plan.arena_bytes,

@@ -1,8 +1,9 @@
 #pragma once
 // Owns a Program and its memory plans, one per input-shape signature. The first run of a
-// signature records its allocations on the heap; when it completes, the plan is built and every
-// later run with that signature takes an arena from the arena pool (runtime/arena_pool.h): no
-// allocation per step. Several runs may be alive at once (two forward calls before their
+// signature records its allocations, in memory of its own (runtime/recording_arena.h); when it
+// completes, the plan is built, that memory becomes the plan's first arena, and every later run
+// with that signature takes an arena from the arena pool (runtime/arena_pool.h): no allocation
+// per step. Several runs may be alive at once (two forward calls before their
 // backwards); each holds its own arena. At most kMaxPlans plans are kept, the least recently used
 // going first, so that variable shapes (sequence lengths, last batches) cannot grow memory.
 #include <cstdlib>

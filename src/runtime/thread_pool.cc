@@ -1,6 +1,7 @@
 #include "runtime/thread_pool.h"
 
 #include <immintrin.h>
+#include <sched.h>
 #include <xmmintrin.h>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 
 namespace onnxtrain {
 namespace {
@@ -165,11 +167,30 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   if (error_) std::rethrow_exception(error_);
 }
 
+namespace {
+// Whether the global pool leaves a core of this process's free, for background page work
+// (core/huge_pages.h).
+void note_spare_core(int pool_threads) {
+  cpu_set_t cores;
+  const int available = sched_getaffinity(0, sizeof(cores), &cores) == 0
+                            ? CPU_COUNT(&cores)
+                            : static_cast<int>(std::thread::hardware_concurrency());
+  set_spare_core(pool_threads < available);
+}
+}  // namespace
+
 ThreadPool& ThreadPool::global() {
-  static ThreadPool pool(default_threads());
+  static ThreadPool& pool = []() -> ThreadPool& {
+    static ThreadPool made(default_threads());
+    note_spare_core(made.num_threads());
+    return made;
+  }();
   return pool;
 }
 
-void ThreadPool::set_num_threads(int n) { global().resize(n); }
+void ThreadPool::set_num_threads(int n) {
+  global().resize(n);
+  note_spare_core(n);
+}
 
 }  // namespace onnxtrain
