@@ -59,8 +59,7 @@ Tensor& KernelContext::allocate_output(int i, DType dtype, const TensorShape& sh
     // plan's arena; the rest go back to the system when freed, since later runs take this memory
     // from the plan's arena and cached blocks would only add to the RSS.
     std::shared_ptr<void> block;
-    if (state_.record && state_.recording_memory)
-      block = state_.recording_memory->allocate(static_cast<size_t>(bytes));
+    if (state_.recording_memory) block = state_.recording_memory->allocate(static_cast<size_t>(bytes));
     if (!block) block = allocate_uncached(static_cast<size_t>(bytes));
     void* data = block.get();
     slot = Tensor(dtype, shape, data, std::move(block));
@@ -110,7 +109,7 @@ void* KernelContext::scratch(size_t bytes) {
   if (state_.record)
     state_.record->scratch[node_index_] = std::max<int64_t>(state_.record->scratch[node_index_], bytes);
   std::shared_ptr<void> block;
-  if (state_.record && state_.recording_memory) block = state_.recording_memory->allocate(bytes);
+  if (state_.recording_memory) block = state_.recording_memory->allocate(bytes);
   state_.node_scratch.push_back(block ? std::move(block) : allocate_aligned(bytes));
   return state_.node_scratch.back().get();
 }

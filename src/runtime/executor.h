@@ -40,7 +40,7 @@ struct RunState {
   const MemoryPlan* plan = nullptr;
   uint8_t* arena = nullptr;
   AllocationRecord* record = nullptr;
-  // A recording run's intermediates and scratch, which become the plan's arena (null: the heap).
+  // Set only while a run records: its intermediates and scratch, which become the plan's arena.
   std::shared_ptr<RecordingArena> recording_memory;
   std::vector<std::shared_ptr<void>> node_scratch;  // heap scratch of the running node
   int64_t unplanned_allocations = 0;                 // planned runs that had to fall back to the heap

@@ -156,7 +156,7 @@ Arena RecordingArena::into_arena(size_t bytes) {
   // The tail past the arena goes back to the system: the pages of it the recording touched too.
   if (capacity < reserved_) munmap(base_ + capacity, reserved_ - capacity);
   uint8_t* mapping = std::exchange(base_, nullptr);
-  collapse_to_huge_pages_later(mapping, capacity);  // its pages are all small ones: see core/huge_pages.h
+  collapse_to_huge_pages_later(mapping, capacity);  // small pages where a core was free: core/huge_pages.h
   return adopt_arena(mapping, capacity);
 }
 
